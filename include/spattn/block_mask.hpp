@@ -1,0 +1,107 @@
+// spattn/block_mask.hpp - the plan every backend reads, and the block iterator.
+//
+// A BlockMask lists, for each (mask head, query block), the sorted key blocks
+// to visit, each marked full (every pair allowed: no per-element test) or
+// partial (the pattern's predicate is applied per pair). Block sizes belong to
+// the mask; the last block of a sequence may be short. A mask has 1 head
+// (shared by all query heads) or G heads (query head h uses mask head
+// h / (Hq / G)); it is shared across the batch. Offsets are 64-bit.
+//
+// BlockMaskView is the one block iterator: a plain struct of pointers usable on
+// the host and on the GPU.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "spattn/hd.hpp"
+#include "spattn/pattern.hpp"
+
+namespace spattn {
+
+struct BlockMaskView {
+  int64_t q_len = 0, k_len = 0;
+  int64_t block_q = 0, block_k = 0;
+  int64_t num_q_blocks = 0, num_k_blocks = 0;
+  int64_t num_heads = 0;
+  const int64_t* row_offsets = nullptr;  // num_heads * num_q_blocks + 1
+  const int32_t* kv_indices = nullptr;   // sorted per row
+  const uint8_t* kv_full = nullptr;      // 1 = full, 0 = partial
+
+  // Mask head used by query head h out of `query_heads`.
+  SPATTN_HD int64_t mask_head(int64_t h, int64_t query_heads) const {
+    return h / (query_heads / num_heads);
+  }
+  SPATTN_HD int64_t row(int64_t mask_head, int64_t qb) const { return mask_head * num_q_blocks + qb; }
+  SPATTN_HD int64_t row_begin(int64_t r) const { return row_offsets[r]; }
+  SPATTN_HD int64_t row_end(int64_t r) const { return row_offsets[r + 1]; }
+  // Query rows [first, last) of query block qb; keys [first, last) of key block kb.
+  SPATTN_HD int64_t q_first(int64_t qb) const { return qb * block_q; }
+  SPATTN_HD int64_t q_last(int64_t qb) const {
+    return (qb + 1) * block_q < q_len ? (qb + 1) * block_q : q_len;
+  }
+  SPATTN_HD int64_t k_first(int64_t kb) const { return kb * block_k; }
+  SPATTN_HD int64_t k_last(int64_t kb) const {
+    return (kb + 1) * block_k < k_len ? (kb + 1) * block_k : k_len;
+  }
+};
+
+struct MaskShape {
+  int64_t q_len = 0;
+  int64_t k_len = 0;
+  int64_t block_q = 128;
+  int64_t block_k = 128;
+  int64_t num_heads = 1;  // query heads; a head-dependent pattern gets one mask head each
+};
+
+class BlockMask {
+ public:
+  BlockMask() = default;
+  // From BSR arrays. Validates sizes, ranges, sortedness and uniqueness. Partial
+  // blocks need `pattern` to say which pairs inside them are allowed.
+  BlockMask(int64_t q_len, int64_t k_len, int64_t block_q, int64_t block_k, int64_t num_heads,
+            std::vector<int64_t> row_offsets, std::vector<int32_t> kv_indices,
+            std::vector<uint8_t> kv_full, std::shared_ptr<const Pattern> pattern = nullptr);
+
+  // Builds the plan of `pattern` for `shape` in time proportional to the kept
+  // blocks (never L x L).
+  static BlockMask build(const Pattern& pattern, const MaskShape& shape);
+
+  BlockMaskView view() const;
+  int64_t q_len() const { return q_len_; }
+  int64_t k_len() const { return k_len_; }
+  int64_t block_q() const { return block_q_; }
+  int64_t block_k() const { return block_k_; }
+  int64_t num_heads() const { return num_heads_; }
+  int64_t num_q_blocks() const;
+  int64_t num_k_blocks() const;
+  int64_t num_blocks() const { return static_cast<int64_t>(kv_indices_.size()); }
+  int64_t num_full_blocks() const;
+  const std::vector<int64_t>& row_offsets() const { return row_offsets_; }
+  const std::vector<int32_t>& kv_indices() const { return kv_indices_; }
+  const std::vector<uint8_t>& kv_full() const { return kv_full_; }
+  const Pattern* pattern() const { return pattern_.get(); }
+  // Where a GPU backend keeps its device copy of this mask (created on first
+  // use, shared by copies of the mask, released with the last of them).
+  std::shared_ptr<void>& device_cache() const { return device_cache_; }
+
+  // Allowed (query, key) pairs for query head h of `query_heads`, counted
+  // through the plan (full blocks whole, partial blocks by the predicate).
+  int64_t kept_pairs(int64_t query_heads) const;
+  // kept_pairs / (query_heads * Lq * Lk).
+  double density(int64_t query_heads) const;
+
+  // Is pair (i, j) allowed for query head h? Reads the plan, then the predicate.
+  bool allowed(int64_t h, int64_t query_heads, int64_t i, int64_t j) const;
+
+ private:
+  int64_t q_len_ = 0, k_len_ = 0, block_q_ = 0, block_k_ = 0, num_heads_ = 0;
+  std::vector<int64_t> row_offsets_;
+  std::vector<int32_t> kv_indices_;
+  std::vector<uint8_t> kv_full_;
+  std::shared_ptr<const Pattern> pattern_;
+  mutable std::shared_ptr<void> device_cache_;
+};
+
+}  // namespace spattn

@@ -1,0 +1,9 @@
+// spattn/spattn.hpp - umbrella header of the spattn library.
+#pragma once
+
+#include "spattn/attention.hpp"
+#include "spattn/block_mask.hpp"
+#include "spattn/dtype.hpp"
+#include "spattn/error.hpp"
+#include "spattn/pattern.hpp"
+#include "spattn/tensor.hpp"

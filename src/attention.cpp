@@ -1,0 +1,136 @@
+// attention.cpp - the attention entry point: validation and backend dispatch.
+//
+// validate_attention checks that q, k, v, out, lse and the mask describe one
+// problem (shapes, dtypes, GQA head counts, mask lengths and heads, 64-bit
+// offset ranges) before any backend touches memory.
+#include "spattn/attention.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "spattn/error.hpp"
+
+namespace spattn {
+namespace {
+
+constexpr int64_t kMaxOffset = std::numeric_limits<int64_t>::max() / 4;
+
+void validate_tensor(const TensorView& t, const char* name) {
+  require(t.data != nullptr, name, " has a null data pointer");
+  static const char* axes[4] = {"batch", "heads", "seq_len", "head_dim"};
+  int64_t max_offset = 0;
+  for (int axis = 0; axis < 4; ++axis) {
+    require(t.shape[axis] > 0, name, " ", axes[axis], " must be > 0, got ", t.shape[axis]);
+    const int64_t stride = t.stride[axis] < 0 ? -t.stride[axis] : t.stride[axis];
+    require(stride <= kMaxOffset / t.shape[axis], name, " ", axes[axis], " (", t.shape[axis],
+            ") times its stride (", t.stride[axis], ") overflows 64-bit offsets");
+    require(max_offset <= kMaxOffset - (t.shape[axis] - 1) * stride, name,
+            " spans more elements than 64-bit offsets can address");
+    max_offset += (t.shape[axis] - 1) * stride;
+  }
+}
+
+}  // namespace
+
+Backend parse_backend(const std::string& name) {
+  if (name == "auto") return Backend::Auto;
+  if (name == "reference") return Backend::Reference;
+  if (name == "cpu") return Backend::Cpu;
+  if (name == "cuda") return Backend::Cuda;
+  fail("backend must be one of auto, reference, cpu, cuda, got '", name, "'");
+}
+
+const char* backend_name(Backend b) {
+  switch (b) {
+    case Backend::Auto: return "auto";
+    case Backend::Reference: return "reference";
+    case Backend::Cpu: return "cpu";
+    case Backend::Cuda: return "cuda";
+  }
+  return "?";
+}
+
+bool backend_available(Backend b) {
+  switch (b) {
+    case Backend::Auto: return true;
+    case Backend::Reference: return true;
+    case Backend::Cpu: return false;
+    case Backend::Cuda: return false;
+  }
+  return false;
+}
+
+Backend best_backend() {
+  if (backend_available(Backend::Cuda)) return Backend::Cuda;
+  if (backend_available(Backend::Cpu)) return Backend::Cpu;
+  return Backend::Reference;
+}
+
+double resolve_scale(const AttentionOptions& options, int64_t head_dim) {
+  if (!options.scale) return 1.0 / std::sqrt(static_cast<double>(head_dim));
+  require(std::isfinite(*options.scale), "scale must be finite, got ", *options.scale);
+  return *options.scale;
+}
+
+void validate_attention(const TensorView& q, const TensorView& k, const TensorView& v,
+                        const TensorView& out, const BlockMask& mask, const TensorView* lse) {
+  validate_tensor(q, "q");
+  validate_tensor(k, "k");
+  validate_tensor(v, "v");
+  validate_tensor(out, "out");
+  require(k.dtype == q.dtype, "k dtype (", dtype_name(k.dtype), ") must equal q dtype (",
+          dtype_name(q.dtype), ")");
+  require(v.dtype == q.dtype, "v dtype (", dtype_name(v.dtype), ") must equal q dtype (",
+          dtype_name(q.dtype), ")");
+  require(k.batch() == q.batch(), "k batch (", k.batch(), ") must equal q batch (", q.batch(), ")");
+  require(v.batch() == q.batch(), "v batch (", v.batch(), ") must equal q batch (", q.batch(), ")");
+  require(v.heads() == k.heads(), "v heads (", v.heads(), ") must equal k heads (", k.heads(), ")");
+  require(q.heads() % k.heads() == 0, "q heads (", q.heads(), ") must be a multiple of k heads (",
+          k.heads(), ")");
+  require(v.seq_len() == k.seq_len(), "v seq_len (", v.seq_len(), ") must equal k seq_len (",
+          k.seq_len(), ")");
+  require(k.head_dim() == q.head_dim(), "k head_dim (", k.head_dim(), ") must equal q head_dim (",
+          q.head_dim(), ")");
+  require(v.head_dim() == q.head_dim(), "v head_dim (", v.head_dim(), ") must equal q head_dim (",
+          q.head_dim(), ")");
+  for (int axis = 0; axis < 4; ++axis)
+    require(out.shape[axis] == q.shape[axis], "out shape (", out.shape[0], ", ", out.shape[1], ", ",
+            out.shape[2], ", ", out.shape[3], ") must equal q shape (", q.shape[0], ", ", q.shape[1],
+            ", ", q.shape[2], ", ", q.shape[3], ")");
+  if (lse) {
+    validate_tensor(*lse, "lse");
+    require(lse->dtype == DType::F32, "lse dtype must be fp32, got ", dtype_name(lse->dtype));
+    require(lse->shape[0] == q.batch() && lse->shape[1] == q.heads() && lse->shape[2] == q.seq_len() &&
+                lse->shape[3] == 1,
+            "lse shape must be (", q.batch(), ", ", q.heads(), ", ", q.seq_len(), "), got (",
+            lse->shape[0], ", ", lse->shape[1], ", ", lse->shape[2], ") with last dim ", lse->shape[3]);
+  }
+  require(mask.q_len() == q.seq_len(), "the mask was built for Lq=", mask.q_len(),
+          " but q has seq_len ", q.seq_len());
+  require(mask.k_len() == k.seq_len(), "the mask was built for Lk=", mask.k_len(),
+          " but k has seq_len ", k.seq_len());
+  require(q.heads() % mask.num_heads() == 0, "the mask has ", mask.num_heads(),
+          " heads, which must divide q heads (", q.heads(), ")");
+  if (mask.pattern())
+    require(q.heads() % mask.pattern()->num_exprs() == 0, "the mask's pattern has ",
+            mask.pattern()->num_exprs(), " per-head patterns, which must divide q heads (", q.heads(),
+            ")");
+}
+
+void attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+               const BlockMask& mask, const AttentionOptions& options, const TensorView* lse) {
+  validate_attention(q, k, v, out, mask, lse);
+  const double scale = resolve_scale(options, q.head_dim());
+  const Backend backend = options.backend == Backend::Auto ? best_backend() : options.backend;
+  require(backend_available(backend), "backend '", backend_name(backend),
+          "' is not available in this build or on this machine");
+  switch (backend) {
+    case Backend::Reference: reference_attention(q, k, v, out, mask, scale, lse); return;
+    case Backend::Cpu:
+    case Backend::Cuda:
+    case Backend::Auto: break;
+  }
+  fail("backend '", backend_name(backend), "' has no implementation");
+}
+
+}  // namespace spattn

@@ -1,0 +1,155 @@
+// block_classify.hpp - constant-time classification of a (query block, key
+// block) rectangle as empty, partial or full, for the patterns with a closed
+// form.
+//
+// Most terms allow, per query position p, one key interval [a(p), b(p)] whose
+// ends never decrease with p and whose union over a block of rows is
+// contiguous (windows, causal, segments, sinks). For those the rectangle
+// p in [p0, p1] x j in [j0, j1] is full iff a(p1) <= j0 and b(p0) >= j1, and
+// empty iff j1 < a(p0) or j0 > b(p1). Diagonal terms (strided) depend only on
+// d = p - j, and every d in [p0 - j1, p1 - j0] occurs in the rectangle. Where
+// no closed form applies, Unknown sends the caller to exact row counting.
+#pragma once
+
+#include <cstdint>
+
+#include "spattn/pattern_terms.hpp"
+
+namespace spattn {
+
+enum class BlockClass : int32_t { Empty = 0, Partial = 1, Full = 2, Unknown = 3 };
+
+struct BlockRect {
+  int64_t i0, i1;  // query rows (inclusive)
+  int64_t p0, p1;  // their positions
+  int64_t j0, j1;  // keys (inclusive)
+};
+
+namespace block_classify {
+
+using pattern_math::floor_div;
+using pattern_math::max64;
+using pattern_math::min64;
+
+// Rows allow [a(p), b(p)], both ends non-decreasing in p and the union over
+// the rows contiguous; a and b given at the block's first and last rows.
+SPATTN_HD BlockClass monotone_interval(const BlockRect& r, int64_t a_first, int64_t a_last,
+                                       int64_t b_first, int64_t b_last) {
+  if (r.j1 < a_first || r.j0 > b_last) return BlockClass::Empty;
+  if (a_last <= r.j0 && b_first >= r.j1) return BlockClass::Full;
+  return BlockClass::Partial;
+}
+
+// Rows allow [p + lo, p + hi], clamped to j <= p when causal.
+SPATTN_HD BlockClass shifted_interval(const BlockRect& r, int64_t lo, int64_t hi, bool causal) {
+  if (causal) hi = min64(hi, 0);
+  if (hi < lo) return BlockClass::Empty;
+  return monotone_interval(r, r.p0 + lo, r.p1 + lo, r.p0 + hi, r.p1 + hi);
+}
+
+// Rows allow [0, p].
+SPATTN_HD BlockClass causal_prefix(const BlockRect& r) { return monotone_interval(r, 0, 0, r.p0, r.p1); }
+
+// Rows allow [floor(p/B)*B, floor(p/B)*B + B - 1], or up to p when causal.
+SPATTN_HD BlockClass segment(const BlockRect& r, int64_t B, bool causal) {
+  const int64_t s_first = floor_div(r.p0, B) * B, s_last = floor_div(r.p1, B) * B;
+  return monotone_interval(r, s_first, s_last, causal ? r.p0 : s_first + B - 1,
+                           causal ? r.p1 : s_last + B - 1);
+}
+
+// Strided: pairs depend only on d = p - j; allowed d are [0, l-1] and the
+// multiples of l, and every d in [p0 - j1, p1 - j0] occurs in the rectangle.
+SPATTN_HD BlockClass strided_diagonals(const BlockRect& r, int64_t l) {
+  const int64_t d_lo = r.p0 - r.j1, d_hi = r.p1 - r.j0;
+  if (d_hi < 0) return BlockClass::Empty;
+  if (l == 1) return d_lo >= 0 ? BlockClass::Full : BlockClass::Partial;
+  if (d_lo >= 0 && d_hi <= l) return BlockClass::Full;
+  if (d_lo == d_hi) return d_lo % l == 0 ? BlockClass::Full : BlockClass::Empty;
+  if (d_lo <= l) return BlockClass::Partial;
+  const int64_t first_multiple = ((d_lo + l - 1) / l) * l;
+  return first_multiple <= d_hi ? BlockClass::Partial : BlockClass::Empty;
+}
+
+}  // namespace block_classify
+
+SPATTN_HD BlockClass term_classify_block(const PatternTerm& t, int64_t h, const BlockRect& r) {
+  using namespace block_classify;
+  const bool causal = t.causal != 0;
+  switch (t.kind) {
+    case TermKind::Dense: return causal ? causal_prefix(r) : BlockClass::Full;
+    case TermKind::SlidingWindow: return shifted_interval(r, -t.a, t.b, causal);
+    case TermKind::BlockDiagonal: return segment(r, t.a, causal);
+    case TermKind::Streaming: {
+      // Keys below S follow the causal rule alone; keys from S on follow the window.
+      const int64_t S = t.a, W = t.b;
+      const bool has_sink = r.j0 < S, has_window = r.j1 >= S;
+      BlockRect sink_part = r, window_part = r;
+      sink_part.j1 = min64(r.j1, S - 1);
+      window_part.j0 = max64(r.j0, S);
+      const BlockClass sink = has_sink ? causal_prefix(sink_part) : BlockClass::Empty;
+      const BlockClass window =
+          has_window ? monotone_interval(window_part, max64(S, r.p0 - W + 1), max64(S, r.p1 - W + 1),
+                                         r.p0, r.p1)
+                     : BlockClass::Empty;
+      if (!has_sink) return window;
+      if (!has_window) return sink;
+      if (sink == BlockClass::Full && window == BlockClass::Full) return BlockClass::Full;
+      if (sink == BlockClass::Empty && window == BlockClass::Empty) return BlockClass::Empty;
+      return BlockClass::Partial;
+    }
+    case TermKind::Strided: return strided_diagonals(r, t.a);
+    case TermKind::Fixed: {
+      // Keys that are all summary columns follow the causal rule; keys with no
+      // summary column follow the causal segment rule; mixed keys: no closed form.
+      const int64_t summary =
+          pattern_math::count_residue_at_least(r.j0, r.j1, t.a, t.a - t.b);
+      if (summary == 0) return segment(r, t.a, true);
+      if (summary == r.j1 - r.j0 + 1) return causal_prefix(r);
+      return BlockClass::Unknown;
+    }
+    case TermKind::Dilated: {
+      const int64_t rate = t.b, hr = h % rate;
+      const BlockClass seg = segment(r, t.a, causal);
+      if (rate == 1 || seg == BlockClass::Empty) return seg;
+      if (seg != BlockClass::Full) return BlockClass::Unknown;
+      const bool row_active = pattern_math::count_congruent(r.p0, r.p1, rate, hr) > 0;
+      const bool key_active = pattern_math::count_congruent(r.j0, r.j1, rate, hr) > 0;
+      if (!row_active || !key_active) return BlockClass::Empty;
+      return r.p0 == r.p1 && r.j0 == r.j1 ? BlockClass::Full : BlockClass::Partial;
+    }
+    case TermKind::Longformer: {
+      const int64_t g_rows = pattern_math::lower_bound(t.tokens, t.num_tokens, r.p1 + 1) -
+                             pattern_math::lower_bound(t.tokens, t.num_tokens, r.p0);
+      const int64_t g_keys = pattern_math::lower_bound(t.tokens, t.num_tokens, r.j1 + 1) -
+                             pattern_math::lower_bound(t.tokens, t.num_tokens, r.j0);
+      if (g_rows || g_keys) return BlockClass::Unknown;
+      return shifted_interval(r, -(t.a / 2), t.a / 2, causal);
+    }
+    case TermKind::BigBird:
+    case TermKind::Custom: return BlockClass::Unknown;
+  }
+  return BlockClass::Unknown;
+}
+
+// Classification of an OR/AND expression from its terms' classifications;
+// Unknown where they cannot decide it together.
+SPATTN_HD BlockClass expr_classify_block(const PatternExpr& e, int64_t h, const BlockRect& r) {
+  int32_t empty = 0, full = 0, partial = 0;
+  for (int32_t n = 0; n < e.num_terms; ++n) {
+    const BlockClass c = term_classify_block(e.terms[n], h, r);
+    if (c == BlockClass::Unknown) return BlockClass::Unknown;
+    empty += c == BlockClass::Empty;
+    full += c == BlockClass::Full;
+    partial += c == BlockClass::Partial;
+  }
+  if (e.op == ExprOp::Or) {
+    if (full) return BlockClass::Full;
+    if (partial == 0) return BlockClass::Empty;
+    return partial == 1 ? BlockClass::Partial : BlockClass::Unknown;
+  }
+  if (empty) return BlockClass::Empty;
+  if (partial == 0) return BlockClass::Full;
+  return partial == 1 ? BlockClass::Partial : BlockClass::Unknown;
+}
+
+}  // namespace spattn

@@ -1,0 +1,138 @@
+// block_mask.cpp - BlockMask construction from BSR arrays, its view (the block
+// iterator) and queries through it (kept pairs, density, pair membership).
+#include "spattn/block_mask.hpp"
+
+#include <algorithm>
+#include <limits>
+
+#include "spattn/error.hpp"
+
+namespace spattn {
+namespace {
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+}  // namespace
+
+BlockMask::BlockMask(int64_t q_len, int64_t k_len, int64_t block_q, int64_t block_k,
+                     int64_t num_heads, std::vector<int64_t> row_offsets,
+                     std::vector<int32_t> kv_indices, std::vector<uint8_t> kv_full,
+                     std::shared_ptr<const Pattern> pattern)
+    : q_len_(q_len),
+      k_len_(k_len),
+      block_q_(block_q),
+      block_k_(block_k),
+      num_heads_(num_heads),
+      row_offsets_(std::move(row_offsets)),
+      kv_indices_(std::move(kv_indices)),
+      kv_full_(std::move(kv_full)),
+      pattern_(std::move(pattern)) {
+  require(q_len > 0, "q_len must be > 0, got ", q_len);
+  require(k_len > 0, "k_len must be > 0, got ", k_len);
+  require(block_q > 0, "block_q must be > 0, got ", block_q);
+  require(block_k > 0, "block_k must be > 0, got ", block_k);
+  require(num_heads > 0, "num_heads must be > 0, got ", num_heads);
+  const int64_t nqb = num_q_blocks(), nkb = num_k_blocks();
+  require(nkb <= std::numeric_limits<int32_t>::max(), "the number of key blocks must fit in 32 bits",
+          ", got ", nkb, " (k_len=", k_len, ", block_k=", block_k, ")");
+  require(nqb <= std::numeric_limits<int64_t>::max() / num_heads - 1,
+          "num_heads * num_q_blocks overflows: num_heads=", num_heads, " num_q_blocks=", nqb);
+  const int64_t rows = num_heads * nqb;
+  require(static_cast<int64_t>(row_offsets_.size()) == rows + 1,
+          "row_offsets must have num_heads*num_q_blocks+1 = ", rows + 1, " entries, got ",
+          row_offsets_.size());
+  require(row_offsets_.front() == 0, "row_offsets[0] must be 0, got ", row_offsets_.front());
+  require(row_offsets_.back() == static_cast<int64_t>(kv_indices_.size()),
+          "row_offsets[last] must equal the number of kv_indices (", kv_indices_.size(), "), got ",
+          row_offsets_.back());
+  require(kv_full_.size() == kv_indices_.size(), "kv_full must have one entry per kv index (",
+          kv_indices_.size(), "), got ", kv_full_.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    require(row_offsets_[r] <= row_offsets_[r + 1], "row_offsets must be non-decreasing, got row_offsets[",
+            r, "]=", row_offsets_[r], " > row_offsets[", r + 1, "]=", row_offsets_[r + 1]);
+    for (int64_t at = row_offsets_[r]; at < row_offsets_[r + 1]; ++at) {
+      require(kv_indices_[at] >= 0 && kv_indices_[at] < nkb, "kv_indices[", at, "] must be in [0, ",
+              nkb, "), got ", kv_indices_[at]);
+      require(at == row_offsets_[r] || kv_indices_[at] > kv_indices_[at - 1], "kv_indices of row ", r,
+              " must be sorted and unique, got ", kv_indices_[at - 1], " then ", kv_indices_[at]);
+      require(kv_full_[at] <= 1, "kv_full[", at, "] must be 0 or 1, got ",
+              static_cast<int>(kv_full_[at]));
+      require(kv_full_[at] == 1 || pattern_, "kv_full[", at,
+              "] marks a partial block but the mask has no pattern to test its pairs");
+    }
+  }
+  if (pattern_) {
+    pattern_->check_lengths(q_len, k_len);
+    require(num_heads % pattern_->num_exprs() == 0,
+            "the pattern has ", pattern_->num_exprs(), " heads, which does not fit a mask of ",
+            num_heads, " heads");
+  }
+}
+
+int64_t BlockMask::num_q_blocks() const { return ceil_div(q_len_, block_q_); }
+int64_t BlockMask::num_k_blocks() const { return ceil_div(k_len_, block_k_); }
+
+int64_t BlockMask::num_full_blocks() const {
+  return std::count(kv_full_.begin(), kv_full_.end(), uint8_t{1});
+}
+
+BlockMaskView BlockMask::view() const {
+  BlockMaskView v;
+  v.q_len = q_len_;
+  v.k_len = k_len_;
+  v.block_q = block_q_;
+  v.block_k = block_k_;
+  v.num_q_blocks = num_q_blocks();
+  v.num_k_blocks = num_k_blocks();
+  v.num_heads = num_heads_;
+  v.row_offsets = row_offsets_.data();
+  v.kv_indices = kv_indices_.data();
+  v.kv_full = kv_full_.data();
+  return v;
+}
+
+int64_t BlockMask::kept_pairs(int64_t query_heads) const {
+  require(query_heads > 0 && query_heads % num_heads_ == 0, "query_heads must be a positive ",
+          "multiple of the mask's heads (", num_heads_, "), got ", query_heads);
+  const BlockMaskView v = view();
+  const bool per_query_head = pattern_ && pattern_->head_dependent();
+  const int64_t heads_to_count = per_query_head ? query_heads : num_heads_;
+  const int64_t multiplier = per_query_head ? 1 : query_heads / num_heads_;
+  const int64_t offset = k_len_ - q_len_;
+  int64_t total = 0;
+  for (int64_t h = 0; h < heads_to_count; ++h) {
+    const int64_t mh = per_query_head ? v.mask_head(h, query_heads) : h;
+    const int64_t qh = per_query_head ? h : h * (query_heads / num_heads_);
+    for (int64_t qb = 0; qb < v.num_q_blocks; ++qb) {
+      const int64_t r = v.row(mh, qb);
+      for (int64_t at = v.row_begin(r); at < v.row_end(r); ++at) {
+        const int64_t kb = v.kv_indices[at];
+        const int64_t j0 = v.k_first(kb), j1 = v.k_last(kb) - 1;
+        if (v.kv_full[at]) {
+          total += (v.q_last(qb) - v.q_first(qb)) * (j1 - j0 + 1);
+          continue;
+        }
+        const PatternExpr& e = pattern_->expr_for_head(qh, query_heads);
+        for (int64_t i = v.q_first(qb); i < v.q_last(qb); ++i)
+          total += expr_count_row(e, qh, i, i + offset, j0, j1);
+      }
+    }
+  }
+  return total * multiplier;
+}
+
+double BlockMask::density(int64_t query_heads) const {
+  return static_cast<double>(kept_pairs(query_heads)) /
+         (static_cast<double>(query_heads) * static_cast<double>(q_len_) * static_cast<double>(k_len_));
+}
+
+bool BlockMask::allowed(int64_t h, int64_t query_heads, int64_t i, int64_t j) const {
+  const BlockMaskView v = view();
+  const int64_t r = v.row(v.mask_head(h, query_heads), i / block_q_);
+  const int32_t kb = static_cast<int32_t>(j / block_k_);
+  const auto begin = kv_indices_.begin() + v.row_begin(r), end = kv_indices_.begin() + v.row_end(r);
+  const auto it = std::lower_bound(begin, end, kb);
+  if (it == end || *it != kb) return false;
+  if (kv_full_[it - kv_indices_.begin()]) return true;
+  return pattern_->allowed(h, query_heads, q_len_, k_len_, i, j);
+}
+
+}  // namespace spattn

@@ -1,0 +1,221 @@
+// block_mask_build.cpp - turning a Pattern into a BlockMask without L x L work.
+//
+// For each (mask head, query block) every term names the key intervals that
+// can hold allowed keys (a superset: windows, sinks, segments, periodic
+// columns, random blocks, ...). The intervals become candidate key blocks,
+// and each candidate is classified exactly by counting allowed keys row by row
+// with the closed forms of pattern_terms.hpp: zero everywhere -> dropped, the
+// whole block -> full, otherwise partial (the scan stops as soon as a block is
+// known to be partial). Time and memory follow the kept blocks.
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "pattern/block_classify.hpp"
+#include "spattn/block_mask.hpp"
+#include "spattn/error.hpp"
+
+namespace spattn {
+namespace {
+
+struct Interval {
+  int64_t lo, hi;  // inclusive key positions
+};
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Appends intervals covering every key the term may allow for query rows
+// [i0, i1] at positions [p0, p1]. Bounds may fall outside [0, Lk).
+void term_key_intervals(const PatternTerm& t, int64_t h, int64_t i0, int64_t i1, int64_t p0,
+                        int64_t p1, int64_t k_len, std::vector<Interval>& out) {
+  using pattern_math::floor_div;
+  const size_t first = out.size();
+  switch (t.kind) {
+    case TermKind::Dense: out.push_back({0, k_len - 1}); break;
+    case TermKind::BlockDiagonal:
+      out.push_back({floor_div(p0, t.a) * t.a, floor_div(p1, t.a) * t.a + t.a - 1});
+      break;
+    case TermKind::SlidingWindow: out.push_back({p0 - t.a, p1 + t.b}); break;
+    case TermKind::Streaming:
+      out.push_back({0, t.a - 1});
+      out.push_back({p0 - t.b + 1, p1});
+      break;
+    case TermKind::Strided: {
+      const int64_t l = t.a;
+      if (l <= p1 - p0 + 1) {
+        out.push_back({0, p1});
+        break;
+      }
+      out.push_back({p0 - l + 1, p1});
+      for (int64_t back = l; p1 - back >= 0; back += l) out.push_back({p0 - back, p1 - back});
+      break;
+    }
+    case TermKind::Fixed: {
+      const int64_t l = t.a, c = t.b;
+      out.push_back({floor_div(p0, l) * l, p1});
+      if (c == 0) break;
+      if (c == l || l <= 2 * (p1 - p0 + 1)) {
+        out.push_back({0, p1});
+        break;
+      }
+      for (int64_t seg = 0; seg * l + l - c <= p1; ++seg) out.push_back({seg * l + l - c, seg * l + l - 1});
+      break;
+    }
+    case TermKind::Dilated: {
+      const int64_t w = t.a, r = t.b, hr = h % r;
+      bool any_row = p1 - p0 + 1 >= r;
+      for (int64_t p = p0; !any_row && p <= p1; ++p) any_row = p - floor_div(p, r) * r == hr;
+      if (any_row) out.push_back({floor_div(p0, w) * w, floor_div(p1, w) * w + w - 1});
+      break;
+    }
+    case TermKind::BigBird: {
+      const int64_t B = t.a, n = t.table_rows, half = (t.b - 1) / 2, g = t.c;
+      const int64_t b0 = floor_div(p0, B), b1 = floor_div(p1, B);
+      const int64_t first_row = std::max<int64_t>(b0, 0), last_row = std::min(b1, n - 1);
+      if (first_row <= last_row && (first_row < g || last_row >= n - g)) {
+        out.push_back({0, k_len - 1});
+        break;
+      }
+      out.push_back({(b0 - half) * B, (b1 + half + 1) * B - 1});
+      if (g > 0) {
+        out.push_back({0, g * B - 1});
+        out.push_back({(n - g) * B, k_len - 1});
+      }
+      for (int64_t b = first_row; b <= last_row; ++b)
+        for (int64_t s = 0; s < t.table_width; ++s) {
+          const int64_t c = t.indices[b * t.table_width + s];
+          if (c >= 0) out.push_back({c * B, c * B + B - 1});
+        }
+      break;
+    }
+    case TermKind::Longformer: {
+      const int64_t* begin = t.tokens;
+      const int64_t* end = t.tokens + t.num_tokens;
+      const int64_t* row_global = std::lower_bound(begin, end, p0);
+      if (row_global != end && *row_global <= p1) {
+        out.push_back({0, k_len - 1});
+        break;
+      }
+      out.push_back({p0 - t.a / 2, p1 + t.a / 2});
+      for (const int64_t* g = begin; g != end; ++g) out.push_back({*g, *g});
+      break;
+    }
+    case TermKind::Custom: {
+      const int64_t head = t.table_heads == 1 ? 0 : h;
+      for (int64_t row = i0 / t.a; row <= i1 / t.a; ++row) {
+        const int64_t r = head * t.table_rows + row;
+        for (int64_t at = t.offsets[r]; at < t.offsets[r + 1]; ++at)
+          out.push_back({t.indices[at] * t.b, t.indices[at] * t.b + t.b - 1});
+      }
+      break;
+    }
+  }
+  for (size_t n = first; n < out.size(); ++n) {
+    out[n].lo = std::max<int64_t>(out[n].lo, 0);
+    out[n].hi = std::min(out[n].hi, t.causal ? std::min(p1, k_len - 1) : k_len - 1);
+  }
+}
+
+int64_t interval_cover(const std::vector<Interval>& v, size_t first) {
+  int64_t n = 0;
+  for (size_t at = first; at < v.size(); ++at) n += std::max<int64_t>(0, v[at].hi - v[at].lo + 1);
+  return n;
+}
+
+// Candidate intervals for the whole expression: the union of its terms' for
+// OR; for AND, the smallest of its terms' (any superset will do).
+void expr_key_intervals(const PatternExpr& e, int64_t h, int64_t i0, int64_t i1, int64_t p0,
+                        int64_t p1, int64_t k_len, std::vector<Interval>& out) {
+  out.clear();
+  if (e.op == ExprOp::Or) {
+    for (int32_t n = 0; n < e.num_terms; ++n) term_key_intervals(e.terms[n], h, i0, i1, p0, p1, k_len, out);
+    return;
+  }
+  std::vector<Interval> best, trial;
+  int64_t best_cover = std::numeric_limits<int64_t>::max();
+  for (int32_t n = 0; n < e.num_terms; ++n) {
+    trial.clear();
+    term_key_intervals(e.terms[n], h, i0, i1, p0, p1, k_len, trial);
+    const int64_t cover = interval_cover(trial, 0);
+    if (cover < best_cover) {
+      best_cover = cover;
+      best.swap(trial);
+    }
+  }
+  out.swap(best);
+}
+
+// Exact class of the rectangle: the closed forms where they decide, else row counts.
+BlockClass classify_block(const PatternExpr& e, int64_t h, int64_t i0, int64_t i1, int64_t offset,
+                          int64_t j0, int64_t j1) {
+  const BlockClass quick = expr_classify_block(e, h, BlockRect{i0, i1, i0 + offset, i1 + offset, j0, j1});
+  if (quick != BlockClass::Unknown) return quick;
+  const int64_t width = j1 - j0 + 1;
+  bool some_allowed = false, some_blocked = false;
+  for (int64_t i = i0; i <= i1; ++i) {
+    const int64_t n = expr_count_row(e, h, i, i + offset, j0, j1);
+    some_allowed |= n > 0;
+    some_blocked |= n < width;
+    if (some_allowed && some_blocked) return BlockClass::Partial;
+  }
+  return some_allowed ? BlockClass::Full : BlockClass::Empty;
+}
+
+}  // namespace
+
+BlockMask BlockMask::build(const Pattern& pattern, const MaskShape& s) {
+  require(s.q_len > 0, "q_len must be > 0, got ", s.q_len);
+  require(s.k_len > 0, "k_len must be > 0, got ", s.k_len);
+  require(s.block_q > 0, "block_q must be > 0, got ", s.block_q);
+  require(s.block_k > 0, "block_k must be > 0, got ", s.block_k);
+  require(s.num_heads > 0, "num_heads must be > 0, got ", s.num_heads);
+  require(s.q_len <= std::numeric_limits<int64_t>::max() - s.k_len, "q_len + k_len overflows: q_len=",
+          s.q_len, " k_len=", s.k_len);
+  require(s.num_heads % pattern.num_exprs() == 0, "num_heads (", s.num_heads,
+          ") must be a multiple of the pattern's per-head count (", pattern.num_exprs(), ")");
+  pattern.check_lengths(s.q_len, s.k_len);
+  for (const PatternExpr& e : pattern.exprs())
+    for (int32_t n = 0; n < e.num_terms; ++n)
+      require(e.terms[n].kind != TermKind::Custom || e.terms[n].table_heads == 1 ||
+                  e.terms[n].table_heads == s.num_heads,
+              "the custom mask has ", e.terms[n].table_heads, " heads but num_heads=", s.num_heads);
+
+  const int64_t nqb = ceil_div(s.q_len, s.block_q), nkb = ceil_div(s.k_len, s.block_k);
+  require(nkb <= std::numeric_limits<int32_t>::max(), "the number of key blocks must fit in 32 bits",
+          ", got ", nkb, " (k_len=", s.k_len, ", block_k=", s.block_k, ")");
+  const int64_t mask_heads = pattern.head_dependent() ? s.num_heads : 1;
+  const int64_t offset = s.k_len - s.q_len;
+
+  std::vector<int64_t> row_offsets{0};
+  row_offsets.reserve(static_cast<size_t>(mask_heads * nqb + 1));
+  std::vector<int32_t> indices;
+  std::vector<uint8_t> full;
+  std::vector<Interval> intervals;
+  for (int64_t h = 0; h < mask_heads; ++h) {
+    const PatternExpr& e = pattern.expr_for_head(h, s.num_heads);
+    for (int64_t qb = 0; qb < nqb; ++qb) {
+      const int64_t i0 = qb * s.block_q, i1 = std::min(s.q_len, i0 + s.block_q) - 1;
+      expr_key_intervals(e, h, i0, i1, i0 + offset, i1 + offset, s.k_len, intervals);
+      std::sort(intervals.begin(), intervals.end(),
+                [](const Interval& a, const Interval& b) { return a.lo < b.lo; });
+      int64_t next_kb = 0;  // blocks below this one were already visited
+      for (const Interval& iv : intervals) {
+        if (iv.hi < iv.lo) continue;
+        for (int64_t kb = std::max(iv.lo / s.block_k, next_kb); kb <= iv.hi / s.block_k; ++kb) {
+          const int64_t j0 = kb * s.block_k, j1 = std::min(s.k_len, j0 + s.block_k) - 1;
+          const BlockClass c = classify_block(e, h, i0, i1, offset, j0, j1);
+          if (c != BlockClass::Empty) {
+            indices.push_back(static_cast<int32_t>(kb));
+            full.push_back(c == BlockClass::Full ? 1 : 0);
+          }
+          next_kb = kb + 1;
+        }
+      }
+      row_offsets.push_back(static_cast<int64_t>(indices.size()));
+    }
+  }
+  return BlockMask(s.q_len, s.k_len, s.block_q, s.block_k, mask_heads, std::move(row_offsets),
+                   std::move(indices), std::move(full), std::make_shared<Pattern>(pattern));
+}
+
+}  // namespace spattn

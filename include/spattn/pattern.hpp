@@ -17,6 +17,10 @@
 
 namespace spattn {
 
+namespace detail {
+struct PatternDecoder;  // pattern_codec.cpp: rebuilds terms whose tables builders cannot take
+}  // namespace detail
+
 class Pattern {
  public:
   // ---- builders, one per pattern of the design notes ----
@@ -75,6 +79,7 @@ class Pattern {
 
   static Pattern single(const PatternTerm& term, std::shared_ptr<const Tables> tables = nullptr);
   static Pattern combine(const Pattern& a, const Pattern& b, ExprOp op);
+  friend struct detail::PatternDecoder;
 };
 
 // The documented BigBird random-block generator (splitmix64 seeded by `seed`):

@@ -125,8 +125,20 @@ SPATTN_HD BlockClass term_classify_block(const PatternTerm& t, int64_t h, const 
       if (g_rows || g_keys) return BlockClass::Unknown;
       return shifted_interval(r, -(t.a / 2), t.a / 2, causal);
     }
-    case TermKind::BigBird:
-    case TermKind::Custom: return BlockClass::Unknown;
+    case TermKind::BigBird: {
+      // Within one (query block, key block) cell of BigBird's own grid.
+      const int64_t qb = floor_div(r.p0, t.a), kb = r.j0 / t.a;
+      if (floor_div(r.p1, t.a) != qb || r.j1 / t.a != kb) return BlockClass::Unknown;
+      if (!bigbird_blocks_connected(t, qb, kb)) return BlockClass::Empty;
+      return causal ? causal_prefix(r) : BlockClass::Full;
+    }
+    case TermKind::Custom: {
+      // Within one cell of the custom grid (rows on i, keys on j).
+      const int64_t row = r.i0 / t.a, col = r.j0 / t.b;
+      if (r.i1 / t.a != row || r.j1 / t.b != col) return BlockClass::Unknown;
+      if (!custom_block_kept(t, h, row, col)) return BlockClass::Empty;
+      return causal ? causal_prefix(r) : BlockClass::Full;
+    }
   }
   return BlockClass::Unknown;
 }

@@ -9,7 +9,7 @@
 
 namespace spattn {
 namespace {
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }  // no a + b overflow
 }  // namespace
 
 BlockMask::BlockMask(int64_t q_len, int64_t k_len, int64_t block_q, int64_t block_k,

@@ -22,7 +22,7 @@ struct Interval {
   int64_t lo, hi;  // inclusive key positions
 };
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }  // no a + b overflow
 
 // Appends intervals covering every key the term may allow for query rows
 // [i0, i1] at positions [p0, p1]. Bounds may fall outside [0, Lk).
@@ -58,7 +58,7 @@ void term_key_intervals(const PatternTerm& t, int64_t h, int64_t i0, int64_t i1,
         out.push_back({0, p1});
         break;
       }
-      for (int64_t seg = 0; seg * l + l - c <= p1; ++seg) out.push_back({seg * l + l - c, seg * l + l - 1});
+      for (int64_t first = l - c; first <= p1; first += l) out.push_back({first, first + c - 1});
       break;
     }
     case TermKind::Dilated: {
@@ -76,10 +76,12 @@ void term_key_intervals(const PatternTerm& t, int64_t h, int64_t i0, int64_t i1,
         out.push_back({0, k_len - 1});
         break;
       }
-      out.push_back({(b0 - half) * B, (b1 + half + 1) * B - 1});
+      // Window and global columns in block units, clamped to [0, n] before
+      // scaling by B so that huge window or global counts cannot overflow.
+      out.push_back({std::max<int64_t>(b0 - half, 0) * B, std::min(b1 + half + 1, n) * B - 1});
       if (g > 0) {
-        out.push_back({0, g * B - 1});
-        out.push_back({(n - g) * B, k_len - 1});
+        out.push_back({0, std::min(g, n) * B - 1});
+        out.push_back({std::max<int64_t>(n - g, 0) * B, k_len - 1});
       }
       for (int64_t b = first_row; b <= last_row; ++b)
         for (int64_t s = 0; s < t.table_width; ++s) {
@@ -169,8 +171,9 @@ BlockMask BlockMask::build(const Pattern& pattern, const MaskShape& s) {
   require(s.block_q > 0, "block_q must be > 0, got ", s.block_q);
   require(s.block_k > 0, "block_k must be > 0, got ", s.block_k);
   require(s.num_heads > 0, "num_heads must be > 0, got ", s.num_heads);
-  require(s.q_len <= std::numeric_limits<int64_t>::max() - s.k_len, "q_len + k_len overflows: q_len=",
-          s.q_len, " k_len=", s.k_len);
+  constexpr int64_t kMaxTotalLength = int64_t{1} << 62;  // keeps every p +- extent inside int64
+  require(s.q_len <= kMaxTotalLength - s.k_len, "q_len + k_len must be <= 2^62, got q_len=", s.q_len,
+          " k_len=", s.k_len);
   require(s.num_heads % pattern.num_exprs() == 0, "num_heads (", s.num_heads,
           ") must be a multiple of the pattern's per-head count (", pattern.num_exprs(), ")");
   pattern.check_lengths(s.q_len, s.k_len);

@@ -22,7 +22,13 @@ void require_non_negative(int64_t value, const char* param) {
   require(value >= 0, param, " must be >= 0, got ", value);
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }  // no a + b overflow
+
+// Window-like extents of 2^62 already reach every key of any problem
+// BlockMask::build accepts (Lq + Lk <= 2^62), so larger ones (INT64_MAX for
+// "unbounded") are stored clamped: p +- extent then never overflows.
+constexpr int64_t kUnboundedExtent = int64_t{1} << 62;
+int64_t clamp_extent(int64_t value) { return std::min(value, kUnboundedExtent); }
 
 }  // namespace
 
@@ -61,8 +67,8 @@ Pattern Pattern::sliding_window(int64_t left, int64_t right, bool causal) {
   PatternTerm t;
   t.kind = TermKind::SlidingWindow;
   t.causal = causal;
-  t.a = left;
-  t.b = right;
+  t.a = clamp_extent(left);
+  t.b = clamp_extent(right);
   return single(t);
 }
 
@@ -77,8 +83,8 @@ Pattern Pattern::streaming(int64_t sink, int64_t window) {
   PatternTerm t;
   t.kind = TermKind::Streaming;
   t.causal = 1;
-  t.a = sink;
-  t.b = window;
+  t.a = clamp_extent(sink);
+  t.b = clamp_extent(window);
   return single(t);
 }
 
@@ -87,7 +93,7 @@ Pattern Pattern::strided(int64_t stride) {
   PatternTerm t;
   t.kind = TermKind::Strided;
   t.causal = 1;
-  t.a = stride;
+  t.a = clamp_extent(stride);
   return single(t);
 }
 
@@ -98,8 +104,8 @@ Pattern Pattern::fixed(int64_t stride, int64_t summary) {
   PatternTerm t;
   t.kind = TermKind::Fixed;
   t.causal = 1;
-  t.a = stride;
-  t.b = summary;
+  t.a = clamp_extent(stride);
+  t.b = std::max<int64_t>(0, summary - (stride - t.a));  // keeps the first summary column l - c
   return single(t);
 }
 
@@ -289,6 +295,9 @@ Pattern Pattern::with_causal() const {
 
 const PatternExpr& Pattern::expr_for_head(int64_t h, int64_t num_heads) const {
   if (exprs_.size() == 1) return exprs_[0];
+  require(num_heads > 0 && num_heads % num_exprs() == 0, "num_heads (", num_heads,
+          ") must be a positive multiple of the pattern's per-head count (", num_exprs(), ")");
+  require(h >= 0 && h < num_heads, "head ", h, " is out of range [0, ", num_heads, ")");
   return exprs_[h / (num_heads / num_exprs())];
 }
 

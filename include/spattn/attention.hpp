@@ -53,6 +53,14 @@ void reference_attention(const TensorView& q, const TensorView& k, const TensorV
                          const TensorView& out, const BlockMask& mask, double scale,
                          const TensorView* lse);
 
+// Fast CPU backend (docs/cpu.md): fused block-sparse FlashAttention-style
+// kernel, OpenMP over runs of query tiles of each (batch, head), AVX-512 / AVX2
+// / portable SIMD chosen at run time. fp32 accumulation for fp32, fp16 and bf16
+// inputs; any out dtype. Same result for any thread count.
+void cpu_attention(const TensorView& q, const TensorView& k, const TensorView& v,
+                   const TensorView& out, const BlockMask& mask, double scale,
+                   const TensorView* lse);
+
 // Naive dense baseline of the seed programs: materialises the Lk scores of each
 // row in fp32 and computes every pair, applying the mask afterwards. For small L.
 void naive_dense_attention(const TensorView& q, const TensorView& k, const TensorView& v,

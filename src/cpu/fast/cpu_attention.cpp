@@ -1,0 +1,152 @@
+// cpu_attention.cpp - the fast CPU backend: fused block-sparse attention.
+//
+// Work items (work_plan.hpp) are runs of query tiles of one (batch, head) that
+// share their key chunks. For each item the driver packs every tile's queries
+// (transposed, pre-scaled), lists the key chunks through the block iterator,
+// stages those chunks' values (and keys unless fp32) (kv_stage.hpp), runs the SIMD
+// kernel of the active instruction set (tile_kernel.hpp: scores, online
+// softmax and P.V fused, nothing of size L x L) and writes the normalised
+// rows and LSE. Items are handed out one at a time to the OpenMP threads
+// (dynamic schedule), each kv head's costliest first, so causal or BigBird
+// rows whose cost varies by 100x still balance. Each item is computed by one
+// thread in a fixed order, so the result is bit for bit the same for any
+// thread count.
+// Memory, per thread: tiles of O(D x 512) floats and the staged values (and
+// keys when they are not fp32) of one head or one item: O(L x D), never L x L.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "cpu/fast/isa.hpp"
+#include "cpu/fast/kv_stage.hpp"
+#include "cpu/fast/partial_bits.hpp"
+#include "cpu/fast/tile_io.hpp"
+#include "cpu/fast/work_plan.hpp"
+#include "spattn/attention.hpp"
+#include "spattn/error.hpp"
+
+namespace spattn {
+namespace {
+
+using cpu_fast::AlignedFloats;
+using cpu_fast::TileKernel;
+
+constexpr double kLog2e = 1.44269504088896340736;
+
+// Per-thread buffers, sized once before the parallel region.
+struct ThreadScratch {
+  int64_t tile_floats;  // D * M
+  AlignedFloats q_t, acc_t, row_max, row_sum, scores, chunk_max;
+  cpu_fast::StagedKv kv;
+  std::vector<float> row_buffer, inverse;
+  std::vector<uint64_t> bits;
+  std::vector<cpu_fast::QueryTile> tiles;
+  std::vector<cpu_fast::TileMaskContext> contexts;
+  std::vector<cpu_fast::KeyChunk> chunks;
+  cpu_fast::ChunkScratch chunk_scratch;
+
+  ThreadScratch(const TensorView& k, const TileKernel& kernel, int64_t tiles_per_item,
+                int64_t max_chunks, int64_t max_item_keys)
+      : tile_floats(k.head_dim() * kernel.tile_rows),
+        q_t(tiles_per_item * tile_floats),
+        acc_t(tiles_per_item * tile_floats),
+        row_max(tiles_per_item * kernel.tile_rows),
+        row_sum(tiles_per_item * kernel.tile_rows),
+        scores(kernel.chunk_keys * kernel.tile_rows),
+        chunk_max(kernel.tile_rows),
+        kv(k, max_item_keys, max_chunks),
+        row_buffer(static_cast<size_t>(k.head_dim())),
+        inverse(static_cast<size_t>(kernel.tile_rows)),
+        bits(static_cast<size_t>(kernel.chunk_keys)),
+        tiles(static_cast<size_t>(tiles_per_item)),
+        contexts(static_cast<size_t>(tiles_per_item)) {
+    chunks.reserve(static_cast<size_t>(max_chunks));
+  }
+};
+
+}  // namespace
+
+void cpu_attention(const TensorView& q, const TensorView& k, const TensorView& v,
+                   const TensorView& out, const BlockMask& mask, double scale,
+                   const TensorView* lse) {
+  validate_attention(q, k, v, out, mask, lse);
+  require(std::isfinite(scale), "scale must be finite, got ", scale);
+  const TileKernel& kernel = cpu_fast::tile_kernel(cpu_fast::active_cpu_isa());
+  const int64_t B = q.batch(), Hq = q.heads(), D = q.head_dim(), M = kernel.tile_rows;
+  const int64_t group = Hq / k.heads(), shift = k.seq_len() - q.seq_len();
+  // Queries are pre-scaled so scores come out in the log2 domain.
+  const std::vector<float> dim_factors(static_cast<size_t>(D), static_cast<float>(scale * kLog2e));
+  const BlockMaskView plan = mask.view();
+  const Pattern* pattern = mask.pattern();
+
+  const cpu_fast::TileLayout layout(plan, M);
+  const cpu_fast::WorkPlan work = cpu_fast::plan_items(plan, layout, B, Hq, k.heads());
+  const std::vector<std::pair<int64_t, int64_t>> panels = cpu_fast::value_panels(D, kernel.value_panel);
+  const int threads = omp_get_max_threads();
+  const int64_t max_chunks = cpu_fast::max_item_chunks(plan, layout, kernel.chunk_keys);
+  std::vector<ThreadScratch> scratch;
+  scratch.reserve(static_cast<size_t>(threads));
+  for (int t = 0; t < threads; ++t)
+    scratch.emplace_back(k, kernel, layout.tiles_per_item, max_chunks, work.max_item_keys);
+  const int64_t count = static_cast<int64_t>(work.items.size());
+
+#pragma omp parallel num_threads(threads)
+  {
+    ThreadScratch& s = scratch[static_cast<size_t>(omp_get_thread_num())];
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t n = 0; n < count; ++n) {
+      const cpu_fast::WorkItem& item = work.items[static_cast<size_t>(n)];
+      const int64_t b = item.batch, h = item.head, kv_head = h / group;
+      const PatternExpr* expr = pattern ? &pattern->expr_for_head(h, Hq) : nullptr;
+      const int64_t num_tiles = item.last_tile - item.first_tile;
+      for (int64_t t = 0; t < num_tiles; ++t) {
+        const int64_t tile = item.first_tile + t;
+        cpu_fast::TileMaskContext& context = s.contexts[static_cast<size_t>(t)];
+        context.expr = expr;
+        context.head = h;
+        context.row0 = layout.row0(plan, tile);
+        context.rows = layout.rows(plan, tile);
+        context.shift = shift;
+        cpu_fast::QueryTile& qt = s.tiles[static_cast<size_t>(t)];
+        float* q_t = s.q_t.data() + t * s.tile_floats;
+        cpu_fast::pack_query_tile(q, b, h, context.row0, context.rows, dim_factors.data(), M,
+                                  kernel.transpose, s.row_buffer.data(), q_t);
+        qt.q_t = q_t;
+        qt.acc_t = s.acc_t.data() + t * s.tile_floats;
+        qt.row_max = s.row_max.data() + t * M;
+        qt.row_sum = s.row_sum.data() + t * M;
+        qt.mask_context = &context;
+      }
+      cpu_fast::key_chunks(plan, layout, item, Hq, kernel.chunk_keys, s.chunk_scratch, s.chunks);
+      s.kv.prepare(k, v, b, kv_head, panels, s.chunks);
+
+      cpu_fast::TileGroupArgs args;
+      args.head_dim = D;
+      args.k = s.kv.key_rows(k, b, kv_head);
+      args.k_row_stride = s.kv.key_row_stride(k);
+      args.keys_by_index = s.kv.keys_by_index();
+      args.v_panels = s.kv.value_panels();
+      args.staged_keys = s.kv.staged_keys();
+      args.tiles = s.tiles.data();
+      args.num_tiles = num_tiles;
+      args.chunks = s.chunks.data();
+      args.num_chunks = static_cast<int64_t>(s.chunks.size());
+      args.allowed_bits = &cpu_fast::tile_allowed_bits;
+      args.scores = s.scores.data();
+      args.bits = s.bits.data();
+      args.chunk_max = s.chunk_max.data();
+      kernel.run(args);
+
+      for (int64_t t = 0; t < num_tiles; ++t) {
+        const cpu_fast::QueryTile& qt = s.tiles[static_cast<size_t>(t)];
+        const cpu_fast::TileMaskContext& context = s.contexts[static_cast<size_t>(t)];
+        cpu_fast::store_output_tile(out, lse, b, h, context.row0, context.rows, M, qt.acc_t,
+                                    qt.row_max, qt.row_sum, kernel.transpose, s.inverse.data());
+      }
+    }
+  }
+}
+
+}  // namespace spattn

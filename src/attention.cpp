@@ -10,6 +10,10 @@
 
 #include "spattn/error.hpp"
 
+#if defined(SPATTN_WITH_CUDA)
+#include "spattn/cuda.hpp"
+#endif
+
 namespace spattn {
 namespace {
 
@@ -54,8 +58,13 @@ bool backend_available(Backend b) {
   switch (b) {
     case Backend::Auto: return true;
     case Backend::Reference: return true;
-    case Backend::Cpu: return false;
-    case Backend::Cuda: return false;
+    case Backend::Cpu: return true;
+    case Backend::Cuda:
+#if defined(SPATTN_WITH_CUDA)
+      return cuda_device_count() > 0;
+#else
+      return false;
+#endif
   }
   return false;
 }
@@ -111,23 +120,38 @@ void validate_attention(const TensorView& q, const TensorView& k, const TensorVi
           " but k has seq_len ", k.seq_len());
   require(q.heads() % mask.num_heads() == 0, "the mask has ", mask.num_heads(),
           " heads, which must divide q heads (", q.heads(), ")");
-  if (mask.pattern())
+  if (mask.pattern()) {
     require(q.heads() % mask.pattern()->num_exprs() == 0, "the mask's pattern has ",
             mask.pattern()->num_exprs(), " per-head patterns, which must divide q heads (", q.heads(),
             ")");
+    // The predicate of a head-dependent pattern reads the query head index, so
+    // its plan must have been built with one mask head per query head.
+    require(!mask.pattern()->head_dependent() || mask.num_heads() == q.heads(),
+            "the mask's pattern depends on the head, so the mask must be built for q heads (",
+            q.heads(), "), got a mask of ", mask.num_heads(), " heads");
+  }
 }
 
 void attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                const BlockMask& mask, const AttentionOptions& options, const TensorView* lse) {
   validate_attention(q, k, v, out, mask, lse);
   const double scale = resolve_scale(options, q.head_dim());
-  const Backend backend = options.backend == Backend::Auto ? best_backend() : options.backend;
+  Backend backend = options.backend == Backend::Auto ? best_backend() : options.backend;
+#if defined(SPATTN_WITH_CUDA)
+  // Auto keeps host tensors on the host.
+  if (options.backend == Backend::Auto && backend == Backend::Cuda && !cuda_is_device_pointer(q.data))
+    backend = backend_available(Backend::Cpu) ? Backend::Cpu : Backend::Reference;
+#endif
   require(backend_available(backend), "backend '", backend_name(backend),
           "' is not available in this build or on this machine");
   switch (backend) {
     case Backend::Reference: reference_attention(q, k, v, out, mask, scale, lse); return;
-    case Backend::Cpu:
+    case Backend::Cpu: cpu_attention(q, k, v, out, mask, scale, lse); return;
     case Backend::Cuda:
+#if defined(SPATTN_WITH_CUDA)
+      cuda_attention(q, k, v, out, mask, scale, lse);
+      return;
+#endif
     case Backend::Auto: break;
   }
   fail("backend '", backend_name(backend), "' has no implementation");

@@ -1,0 +1,199 @@
+// bench/cuda_bench.cpp - times spattn's CUDA kernels on the benchmark patterns
+// and prints one JSON object per case (read by bench/gpu_peers.py).
+//
+//   spattn_cuda_bench --cases dense,causal,window,streaming,random,bigbird,dilated
+//                     --seq 32768 --heads 16 --head-dim 128 [--batch 1] [--dtype bf16]
+//                     [--block 128] [--kernel fused|naive] [--repeats 20] [--dump-dir DIR]
+//
+// Cases (bottom-right aligned, Lq = Lk = seq): dense; causal; window = causal
+// sliding window of 4096 keys; streaming = 128 sinks + 4096 window; random =
+// 10% of the 128-blocks (seeded) plus the block diagonal; bigbird = BigBird
+// (block 128, window 3, global 1, random 3, seed 0); dilated = dilated
+// (segment 2048, rate 4, causal) united with a causal window of 512;
+// seed-streaming = streaming (16 sinks, 64 window); seed-blockdiag =
+// block-diagonal 16. --dump-dir writes each block-level mask as
+// <case>_blocks.u8 (rows x cols bytes, 1 = kept) so the peer script can give
+// FlexAttention exactly the same blocks.
+//
+// Timing: CUDA events around each call after warm-up; the median is reported.
+// Effective TFLOP/s = 4 * kept_pairs * head_dim / time.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench_fill.hpp"
+#include "spattn/cuda.hpp"
+#include "spattn/spattn.hpp"
+
+namespace spattn::bench {
+namespace {
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) fail(what, ": ", cudaGetErrorString(status));
+}
+
+struct Options {
+  std::vector<std::string> cases;
+  int64_t seq = 32768, heads = 16, head_dim = 128, batch = 1, block = 128, repeats = 20;
+  DType dtype = DType::BF16;
+  bool naive = false;
+  std::string dump_dir;
+};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> parts;
+  std::stringstream in(s);
+  for (std::string part; std::getline(in, part, ',');) parts.push_back(part);
+  return parts;
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int n = 1; n < argc; ++n) {
+    const std::string flag = argv[n];
+    require(n + 1 < argc, flag, " needs a value");
+    const std::string value = argv[++n];
+    if (flag == "--cases") o.cases = split(value);
+    else if (flag == "--seq") o.seq = std::stoll(value);
+    else if (flag == "--heads") o.heads = std::stoll(value);
+    else if (flag == "--head-dim") o.head_dim = std::stoll(value);
+    else if (flag == "--batch") o.batch = std::stoll(value);
+    else if (flag == "--block") o.block = std::stoll(value);
+    else if (flag == "--repeats") o.repeats = std::stoll(value);
+    else if (flag == "--dtype") o.dtype = parse_dtype(value, "--dtype");
+    else if (flag == "--kernel") o.naive = value == "naive";
+    else if (flag == "--dump-dir") o.dump_dir = value;
+    else fail("unknown flag ", flag);
+  }
+  require(!o.cases.empty(), "--cases is required");
+  return o;
+}
+
+// 10% of the blocks of an n x n grid (seeded) plus the diagonal, as a block matrix.
+std::vector<uint8_t> random_blocks(int64_t n) {
+  std::mt19937_64 rng(0);
+  std::bernoulli_distribution keep(0.1);
+  std::vector<uint8_t> blocks(static_cast<size_t>(n * n));
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c = 0; c < n; ++c) blocks[r * n + c] = (r == c || keep(rng)) ? 1 : 0;
+  return blocks;
+}
+
+Pattern make_pattern(const std::string& name, const Options& o) {
+  const int64_t n = (o.seq + o.block - 1) / o.block;
+  if (name == "dense") return Pattern::dense();
+  if (name == "causal") return Pattern::causal();
+  if (name == "window") return Pattern::sliding_window(4096);
+  if (name == "streaming") return Pattern::streaming(128, 4096);
+  if (name == "random") return Pattern::custom(random_blocks(n), 1, n, n, o.block, o.block);
+  if (name == "bigbird") return Pattern::bigbird(o.seq, o.block, 3, 1, 3, 0);
+  if (name == "dilated")
+    return Pattern::unite(Pattern::dilated({2048}, {4}, true), Pattern::sliding_window(512));
+  if (name == "seed-streaming") return Pattern::streaming(16, 64);
+  if (name == "seed-blockdiag") return Pattern::block_diagonal(16);
+  fail("unknown case '", name, "'");
+}
+
+// Writes the kept blocks of mask head 0 (1 byte per block, row-major).
+void dump_blocks(const BlockMask& mask, const std::string& path) {
+  const BlockMaskView v = mask.view();
+  std::vector<uint8_t> grid(static_cast<size_t>(v.num_q_blocks * v.num_k_blocks), 0);
+  for (int64_t qb = 0; qb < v.num_q_blocks; ++qb)
+    for (int64_t at = v.row_begin(qb); at < v.row_end(qb); ++at) grid[qb * v.num_k_blocks + v.kv_indices[at]] = 1;
+  std::ofstream out(path, std::ios::binary);
+  require(out.good(), "cannot write '", path, "'");
+  out.write(reinterpret_cast<const char*>(grid.data()), static_cast<std::streamsize>(grid.size()));
+}
+
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t bytes) { check(cudaMalloc(&ptr_, bytes), "cudaMalloc"); }
+  ~DeviceBuffer() { cudaFree(ptr_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* get() const { return ptr_; }
+
+ private:
+  void* ptr_ = nullptr;
+};
+
+void run(const Options& o) {
+  const int64_t B = o.batch, H = o.heads, L = o.seq, D = o.head_dim;
+  const int64_t n = B * H * L * D;
+  const bool bf16 = o.dtype == DType::BF16;
+  DeviceBuffer q(n * 2), k(n * 2), v(n * 2), out(n * 2);
+  DeviceBuffer lse(static_cast<size_t>(B * H * L) * sizeof(float));
+  fill_random(q.get(), n, bf16, 1);
+  fill_random(k.get(), n, bf16, 2);
+  fill_random(v.get(), n, bf16, 3);
+  const TensorView tq = make_bhld(q.get(), o.dtype, B, H, L, D), tk = make_bhld(k.get(), o.dtype, B, H, L, D);
+  const TensorView tv = make_bhld(v.get(), o.dtype, B, H, L, D), to = make_bhld(out.get(), o.dtype, B, H, L, D);
+  const TensorView tl = make_lse(static_cast<float*>(lse.get()), B, H, L);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&stop), "cudaEventCreate");
+
+  for (const std::string& name : o.cases) {
+    const Pattern pattern = make_pattern(name, o);
+    const auto t0 = std::chrono::steady_clock::now();
+    const BlockMask mask = BlockMask::build(pattern, MaskShape{L, L, o.block, o.block, H});
+    const double build_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (!o.dump_dir.empty()) dump_blocks(mask, o.dump_dir + "/" + name + "_blocks.u8");
+    const int64_t kept = mask.kept_pairs(H) * B;
+    auto call = [&] {
+      if (o.naive)
+        cuda_naive_attention(tq, tk, tv, to, mask, scale, &tl);
+      else
+        cuda_attention(tq, tk, tv, to, mask, scale, &tl);
+    };
+    call();  // uploads the plan, loads the module
+    check(cudaDeviceSynchronize(), "warm-up");
+    std::vector<float> times;
+    for (int64_t r = 0; r < o.repeats; ++r) {
+      check(cudaEventRecord(start), "cudaEventRecord");
+      call();
+      check(cudaEventRecord(stop), "cudaEventRecord");
+      check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+      times.push_back(ms);
+    }
+    std::sort(times.begin(), times.end());
+    const double median_ms = times[times.size() / 2];
+    const double tflops = 4.0 * static_cast<double>(kept) * static_cast<double>(D) / (median_ms * 1e-3) / 1e12;
+    std::printf(
+        "{\"case\": \"%s\", \"kernel\": \"%s\", \"batch\": %lld, \"heads\": %lld, \"seq\": %lld, \"head_dim\": %lld, "
+        "\"dtype\": \"%s\", \"block\": %lld, \"kept_pairs\": %lld, \"density\": %.6f, \"time_ms\": %.4f, "
+        "\"min_ms\": %.4f, \"tflops\": %.2f, \"mask_build_ms\": %.2f, \"blocks\": %lld, \"full_blocks\": %lld}\n",
+        name.c_str(), o.naive ? "naive" : "fused", static_cast<long long>(B), static_cast<long long>(H),
+        static_cast<long long>(L), static_cast<long long>(D), dtype_name(o.dtype), static_cast<long long>(o.block),
+        static_cast<long long>(kept), mask.density(H), median_ms, times.front(), tflops, build_ms,
+        static_cast<long long>(mask.num_blocks()), static_cast<long long>(mask.num_full_blocks()));
+    std::fflush(stdout);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+}
+
+}  // namespace
+}  // namespace spattn::bench
+
+int main(int argc, char** argv) {
+  try {
+    spattn::bench::run(spattn::bench::parse(argc, argv));
+  } catch (const std::exception& e) {
+    std::cerr << "spattn_cuda_bench: error: " << e.what() << "\n";
+    return 2;
+  }
+  return 0;
+}

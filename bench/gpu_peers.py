@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""bench/gpu_peers.py - spattn's CUDA kernel next to its peers, same card, same run.
+
+For every shape and pattern it times, on the current GPU:
+  * spattn's fused CUDA kernel (through build/bench/spattn_cuda_bench, CUDA events),
+  * PyTorch SDPA with the cuDNN and the flash (FlashAttention-2) backends, dense and causal,
+  * FlexAttention (torch.compile(flex_attention)) with the same masks, built by
+    create_block_mask with 128-blocks; block-level masks (random, bigbird) are
+    read from the blocks spattn dumped, so both sides compute the same pairs.
+Times are medians of triton.testing.do_bench (events); effective TFLOP/s count
+only the kept pairs: 4 * kept_pairs * D / time. Results go to
+bench/results/cuda_<card>.json, and a markdown table is printed.
+
+    python3 bench/gpu_peers.py --bench build/bench/spattn_cuda_bench [--shapes 32768x16,131072x8]
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+
+import numpy as np
+
+CASES = ["dense", "causal", "window", "streaming", "random", "bigbird", "dilated"]
+BLOCK = 128
+
+
+def ours(bench, cases, seq, heads, head_dim, dump_dir, repeats):
+    """Runs spattn_cuda_bench; returns {case: json record}."""
+    cmd = [bench, "--cases", ",".join(cases), "--seq", str(seq), "--heads", str(heads),
+           "--head-dim", str(head_dim), "--block", str(BLOCK), "--repeats", str(repeats),
+           "--dump-dir", dump_dir]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return {r["case"]: r for r in (json.loads(line) for line in out.splitlines() if line.startswith("{"))}
+
+
+def mask_mod_for(case, seq, dump_dir, device):
+    import torch
+
+    """FlexAttention mask_mod of a benchmark case (None = dense), and whether it reads the head."""
+    if case == "dense":
+        return None, False
+    if case == "causal":
+        return (lambda b, h, q, kv: kv <= q), False
+    if case == "window":
+        return (lambda b, h, q, kv: (kv <= q) & (q - kv < 4096)), False
+    if case == "streaming":
+        return (lambda b, h, q, kv: (kv <= q) & ((kv < 128) | (q - kv < 4096))), False
+    if case in ("random", "bigbird"):
+        n = (seq + BLOCK - 1) // BLOCK
+        grid = np.fromfile(os.path.join(dump_dir, f"{case}_blocks.u8"), dtype=np.uint8).reshape(n, n)
+        blocks = torch.from_numpy(grid.astype(np.bool_)).to(device)
+        return (lambda b, h, q, kv: blocks[q // BLOCK, kv // BLOCK]), False
+    if case == "dilated":
+        def dilated(b, h, q, kv):
+            branch = (q // 2048 == kv // 2048) & (q % 4 == h % 4) & (kv % 4 == h % 4) & (kv <= q)
+            return branch | ((kv <= q) & (q - kv < 512))
+        return dilated, True
+    raise ValueError(case)
+
+
+def tflops(kept_pairs, head_dim, ms):
+    return 4.0 * kept_pairs * head_dim / (ms * 1e-3) / 1e12
+
+
+IMPLEMENTATIONS = [("spattn", "spattn (fused CUDA, mma.sync)"), ("sdpa_cudnn", "SDPA cuDNN"),
+                   ("sdpa_flash", "SDPA flash (FA2)"), ("flex", "FlexAttention")]
+
+
+def plot(json_path, png_path):
+    """Bar chart of effective TFLOP/s per pattern, one panel per shape."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with open(json_path) as f:
+        data = json.load(f)
+    shapes = sorted({(r["seq"], r["heads"]) for r in data["results"]})
+    fig, axes = plt.subplots(len(shapes), 1, figsize=(10, 3.6 * len(shapes)), squeeze=False)
+    for ax, (seq, heads) in zip(axes[:, 0], shapes):
+        rows = [r for r in data["results"] if (r["seq"], r["heads"]) == (seq, heads)]
+        x = np.arange(len(rows))
+        width = 0.2
+        for n, (key, label) in enumerate(IMPLEMENTATIONS):
+            values = [r.get(key + "_tflops", 0.0) for r in rows]
+            ax.bar(x + (n - 1.5) * width, values, width, label=label)
+        ax.set_xticks(x, [f"{r['case']}\nd={r['density']:.3f}" for r in rows])
+        ax.set_ylabel("effective TFLOP/s")
+        ax.set_title(f"{data['card']}, {data['dtype']}, B=1, H={heads}, L={seq}, D={rows[0]['head_dim']}, "
+                     f"block {data['block']}")
+        ax.grid(axis="y", alpha=0.3)
+    axes[0, 0].legend(fontsize=8, ncol=4, loc="upper right")
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=110)
+    print(f"wrote {png_path}")
+
+
+def main():
+    warnings.filterwarnings("ignore", message="_compile flag")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bench", default="build/bench/spattn_cuda_bench")
+    parser.add_argument("--shapes", default="32768x16,131072x8", help="seq x heads, comma separated")
+    parser.add_argument("--head-dim", type=int, default=128)
+    parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--out", default=None, help="JSON path (default bench/results/cuda_<card>.json)")
+    parser.add_argument("--plot", default=None, help="draw this saved result instead of measuring")
+    parser.add_argument("--png", default=None, help="PNG path for --plot")
+    args = parser.parse_args()
+    if args.plot:
+        plot(args.plot, args.png or os.path.splitext(args.plot)[0] + ".png")
+        return 0
+    return measure(args)
+
+
+def measure(args):
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    from triton.testing import do_bench
+
+    # Every mask_mod is a new function: allow a compilation per case instead of
+    # falling back to eager FlexAttention (which materialises L x L scores).
+    torch._dynamo.config.cache_size_limit = 256
+    if hasattr(torch._dynamo.config, "recompile_limit"):
+        torch._dynamo.config.recompile_limit = 256
+    device = "cuda"
+    card = torch.cuda.get_device_name()
+    cases = args.cases.split(",")
+    flex = torch.compile(flex_attention)
+    results = []
+    for shape in args.shapes.split(","):
+        seq, heads = (int(x) for x in shape.split("x"))
+        D = args.head_dim
+        with tempfile.TemporaryDirectory() as dump_dir:
+            mine = ours(args.bench, cases, seq, heads, D, dump_dir, args.repeats)
+            torch.manual_seed(0)
+            q, k, v = (torch.randn(1, heads, seq, D, device=device, dtype=torch.bfloat16) for _ in range(3))
+            for case in cases:
+                rec = mine[case]
+                kept = rec["kept_pairs"]
+                row = {"case": case, "seq": seq, "heads": heads, "head_dim": D, "dtype": "bf16",
+                       "density": rec["density"], "kept_pairs": kept,
+                       "spattn_ms": rec["time_ms"], "spattn_tflops": rec["tflops"],
+                       "spattn_mask_build_ms": rec["mask_build_ms"]}
+                if case in ("dense", "causal"):
+                    for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+                        try:
+                            with sdpa_kernel(backend):
+                                fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=case == "causal")
+                                ms = do_bench(fn, warmup=25, rep=100, return_mode="median")
+                            row[f"sdpa_{name}_ms"] = ms
+                            row[f"sdpa_{name}_tflops"] = tflops(kept, D, ms)
+                        except RuntimeError as e:
+                            row[f"sdpa_{name}_error"] = str(e).splitlines()[0]
+                mask_mod, per_head = mask_mod_for(case, seq, dump_dir, device)
+                block_mask = None
+                if mask_mod is not None:
+                    # The second build is timed (the first compiles).
+                    for _ in range(2):
+                        torch.cuda.synchronize()
+                        t0 = time.perf_counter()
+                        block_mask = create_block_mask(mask_mod, 1, heads if per_head else None, seq, seq,
+                                                       device=device, BLOCK_SIZE=BLOCK, _compile=True)
+                        torch.cuda.synchronize()
+                    row["flex_mask_build_ms"] = (time.perf_counter() - t0) * 1e3
+                ms = do_bench(lambda: flex(q, k, v, block_mask=block_mask), warmup=25, rep=100, return_mode="median")
+                row["flex_ms"] = ms
+                row["flex_tflops"] = tflops(kept, D, ms)
+                results.append(row)
+                print(json.dumps(row), flush=True)
+                del block_mask
+            dense_ms = next(r["spattn_ms"] for r in results if r["seq"] == seq and r["case"] == "dense") \
+                if "dense" in cases else None
+            if dense_ms:
+                for r in results:
+                    if r["seq"] == seq:
+                        r["spattn_vs_density_x_dense"] = r["spattn_ms"] / (r["density"] * dense_ms)
+            del q, k, v
+            torch.cuda.empty_cache()
+
+    slug = re.sub(r"[^a-z0-9]+", "_", card.lower()).strip("_")
+    out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", f"cuda_{slug}.json")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump({"card": card, "torch": torch.__version__, "dtype": "bf16", "batch": 1, "block": BLOCK,
+                   "timing": "median of CUDA-event timings (spattn: its own events; peers: triton do_bench)",
+                   "results": results}, f, indent=1)
+    print(f"\n{card}, bf16, B=1, D={args.head_dim}, effective TFLOP/s on kept pairs (time ms)")
+    print("| L | H | pattern | density | spattn | SDPA cuDNN | SDPA flash | FlexAttention | spattn / (d x dense) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        def cell(key):
+            return f"{r[key + '_tflops']:.0f} ({r[key + '_ms']:.2f})" if key + "_ms" in r else "-"
+        ratio = r.get("spattn_vs_density_x_dense")
+        print(f"| {r['seq']} | {r['heads']} | {r['case']} | {r['density']:.4f} | {cell('spattn')} | "
+              f"{cell('sdpa_cudnn')} | {cell('sdpa_flash')} | {cell('flex')} | "
+              f"{'-' if ratio is None else f'{ratio:.2f}'} |")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

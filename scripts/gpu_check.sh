@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# scripts/gpu_check.sh - the CUDA backend's whole check on a GPU machine, in
+# one go: configure and build (library, GPU tests, benchmark driver), run the
+# GPU test suite (ctest -L gpu), compute-sanitizer memcheck and racecheck on
+# small problems, then the benchmarks (our kernel alone, then next to its
+# peers). Results go to $OUT (default ./gpu_check_out): the JSON results and
+# all logs packed in logs.tgz.
+#
+#   scripts/gpu_check.sh [build] [test] [sanitize] [bench] [seeds] [profile] [peers]
+#   (default: all but profile)
+#
+# Environment: BUILD (build dir, default build-gpu), CUDA_ARCHS (default 90),
+# SHAPES (peer shapes, default 32768x16,131072x8). Where GoogleTest is not
+# installed, a source tree in .deps/googletest is used; without libpng the CLI
+# is skipped.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu_check_out}
+BUILD=${BUILD:-build-gpu}
+LOG=$OUT/logs
+mkdir -p "$LOG"
+pack() {  # few files come back from the GPU machine: results plus one archive
+  cp "$LOG"/*.json "$LOG"/*.jsonl "$OUT"/ 2>/dev/null
+  tar -czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$LOG"
+}
+trap pack EXIT
+stages=("$@")
+[ ${#stages[@]} -eq 0 ] && stages=(build test sanitize bench peers seeds)
+want() { [[ " ${stages[*]} " == *" $1 "* ]]; }
+status=0
+step() {  # step NAME LOG CMD...: runs CMD, logs it, records failure
+  local name=$1 log=$2; shift 2
+  local t0=$SECONDS
+  "$@" > "$LOG/$log" 2>&1
+  local rc=$?
+  echo "== $name: rc=$rc, $((SECONDS - t0)) s (log $log)"
+  [ $rc -ne 0 ] && status=1 && tail -n 30 "$LOG/$log"
+  return $rc
+}
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$LOG/card.txt"
+
+if want build; then
+  args=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90}")
+  if [ ! -d /usr/include/gtest ] && [ -d .deps/googletest ]; then
+    args+=(-DSPATTN_GTEST_SOURCE="$PWD/.deps/googletest")
+  fi
+  [ -f /usr/include/png.h ] || args+=(-DSPATTN_BUILD_TOOLS=OFF)
+  step configure configure.log cmake -S . -B "$BUILD" "${args[@]}" || exit 1
+  step build build.log cmake --build "$BUILD" -j16 || exit 1
+  grep -E "registers|spill" "$LOG/build.log" | sort | uniq -c | head -20
+fi
+
+if want test; then
+  OMP_NUM_THREADS=16 step ctest ctest_gpu.log ctest --test-dir "$BUILD" -L gpu --output-on-failure --timeout 600
+  tail -n 4 "$LOG/ctest_gpu.log"
+fi
+
+if want sanitize; then
+  for tool in memcheck racecheck; do
+    step "sanitizer $tool" "sanitizer_$tool.log" compute-sanitizer --tool "$tool" --error-exitcode 1 \
+      "$BUILD/tests/gpu_test_attention" --gtest_filter='GpuSanitizerSmall.*'
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$LOG/sanitizer_$tool.log" | tail -n 3
+  done
+  step "sanitizer memcheck (graph)" sanitizer_graph.log compute-sanitizer --tool memcheck --error-exitcode 1 \
+    "$BUILD/tests/gpu_test_cuda_api" --gtest_filter='CudaBackend.*'
+fi
+
+if want bench; then
+  for shape in 32768x16 131072x8; do
+    seq=${shape%x*}; heads=${shape#*x}
+    step "bench $shape" "bench_$shape.jsonl" "$BUILD/bench/spattn_cuda_bench" \
+      --cases dense,causal,window,streaming,random,bigbird,dilated --seq "$seq" --heads "$heads" --head-dim 128
+    python3 - "$LOG/bench_$shape.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+dense = next((r["time_ms"] for r in rows if r["case"] == "dense"), None)
+for r in rows:
+    ratio = r["time_ms"] / (r["density"] * dense) if dense else float("nan")
+    print(f"{r['seq']:>7} {r['heads']:>3} {r['case']:>10} density {r['density']:.4f} "
+          f"{r['time_ms']:9.3f} ms {r['tflops']:6.1f} TFLOP/s  vs d*dense {ratio:.2f}")
+PY
+  done
+fi
+
+if want seeds; then
+  for kernel in fused naive; do
+    for seq in 128 256 512 1024 2048 4096; do
+      "$BUILD/bench/spattn_cuda_bench" --cases dense,seed-streaming,seed-blockdiag --seq "$seq" --heads 1 \
+        --head-dim 64 --kernel "$kernel" --repeats 10
+    done
+  done > "$LOG/seeds.jsonl" 2>&1
+  echo "== seeds: $(grep -c '^{' "$LOG/seeds.jsonl") rows"
+fi
+
+if want profile; then
+  # Stall reasons and pipe use of the fused kernel on a dense problem.
+  step profile profile.log ncu --kernel-name regex:fwd_sm80 --launch-skip 1 --launch-count 1 \
+    --section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis --section Occupancy \
+    "$BUILD/bench/spattn_cuda_bench" --cases dense --seq 16384 --heads 16 --head-dim 128 --repeats 1
+  grep -E "Stall|Throughput|Pipe|Issue|Occupancy|Registers" "$LOG/profile.log" | head -40
+fi
+
+if want peers; then
+  PYTHONUNBUFFERED=1 step peers peers.log python3 bench/gpu_peers.py --bench "$BUILD/bench/spattn_cuda_bench" \
+    --shapes "${SHAPES:-32768x16,131072x8}" --out "$LOG/cuda_peers.json"
+  sed -n '/^|/p' "$LOG/peers.log"
+fi
+exit $status

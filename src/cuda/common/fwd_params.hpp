@@ -1,0 +1,39 @@
+// cuda/common/fwd_params.hpp - the arguments of a forward attention kernel: a
+// plain struct of device pointers, 64-bit strides and the mask views, passed
+// by value at launch. Shared by the fused and the naive kernels.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/plan/device_plan_view.hpp"
+
+namespace spattn::cuda_detail {
+
+// A (B, H, L, D) tensor with unit stride along D; strides in elements.
+struct TensorArg {
+  void* data = nullptr;
+  int64_t stride_b = 0, stride_h = 0, stride_l = 0;
+
+  SPATTN_HD int64_t row_offset(int64_t b, int64_t h, int64_t l) const {
+    return b * stride_b + h * stride_h + l * stride_l;
+  }
+};
+
+struct FwdParams {
+  TensorArg q, k, v, out;
+  bool out_f32 = false;  // out holds fp32 instead of the input type
+  float* lse = nullptr;  // optional fp32 (B, H, Lq)
+  int64_t lse_stride_b = 0, lse_stride_h = 0, lse_stride_l = 0;
+  int64_t batch = 0, q_heads = 0, kv_heads = 0, q_len = 0, k_len = 0, head_dim = 0;
+  float scale = 1.0f;       // softmax scale (> 0)
+  float scale_log2 = 1.0f;  // scale * log2(e): scores go through exp2
+  DeviceMaskView mask;
+  DeviceTilePlanView plan;  // fused kernel only
+  // Partial results of split rows (fused kernel, plan.num_slots > 0): per
+  // (slot, batch * heads of a mask head, tile row) the normalised O (head_dim
+  // floats) and the natural-log LSE.
+  float* partial_o = nullptr;
+  float* partial_lse = nullptr;
+};
+
+}  // namespace spattn::cuda_detail

@@ -1,0 +1,26 @@
+// cuda/common/scratch_pool.hpp - stream-ordered scratch memory of the CUDA
+// backend (partial results of split rows).
+//
+// Each device gets one private memory pool, created on first use and kept for
+// the process, that keeps freed memory instead of returning it to the driver
+// at every synchronisation; allocations are stream-ordered (no host sync) and
+// can be captured in CUDA graphs. The default pool is left untouched.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+namespace spattn::cuda_detail {
+
+// The pool of the current device (created here on first use; do that outside
+// graph capture, e.g. through cuda_prepare_mask).
+cudaMemPool_t scratch_pool();
+
+// `bytes` of scratch usable by work queued on `stream` after this call.
+void* scratch_alloc(size_t bytes, cudaStream_t stream);
+
+// Returns scratch once the work queued on `stream` so far has finished.
+void scratch_free(void* p, cudaStream_t stream);
+
+}  // namespace spattn::cuda_detail

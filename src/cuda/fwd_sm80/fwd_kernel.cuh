@@ -1,0 +1,394 @@
+// cuda/fwd_sm80/fwd_kernel.cuh - the portable fused block-sparse attention
+// forward kernel (sm80 and newer): FlashAttention-2 structure on mma.sync.
+//
+// One CTA per (work item, batch, head): a work item is the row of kept key
+// tiles of one 128-row query tile, or a piece of a long row (tile_plan.hpp);
+// items launch in the plan's longest-first order. The CTA keeps its Q tile in
+// shared memory and walks only its kept key tiles (tile_walk.cuh):
+//   wait K(n); start loading V(n)            (cp.async)
+//   S = Q K(n)^T                             (ldmatrix + mma.m16n8k16, fp32)
+//   mask S: nothing on full tiles, key bounds on a ragged last tile, the
+//           sub-block bits and the pattern predicate on partial tiles
+//   online softmax in fp32 with exp2: P = exp2(S * scale * log2(e) - m)
+//   wait V(n); start loading K(n+1)
+//   O += P V(n)                              (P straight from registers)
+// then O / l and the LSE are written (a piece of a split row writes them in
+// fp32 to its partial-result slot instead; split_combine.cu merges). A row
+// with no allowed key keeps m = -inf and l = 0 and writes O = 0, LSE = -inf.
+//
+// Per warp, S (32 x 64) and O (32 x D) live in registers in the mma C layout:
+// thread (g = lane / 4, t = lane % 4) holds rows g and g + 8 of each 16-row
+// tile and columns 2t, 2t + 1 of each 8-column tile.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/common/fwd_params.hpp"
+#include "cuda/common/ptx_sm80.cuh"
+#include "cuda/common/row_key_bits.hpp"
+#include "cuda/fwd_sm80/fwd_traits.cuh"
+#include "cuda/fwd_sm80/tile_walk.cuh"
+#include "spattn/pattern_terms.hpp"
+
+namespace spattn::cuda_detail {
+
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr float kNegInf = -__builtin_huge_valf();
+
+// Byte address in shared memory of 16-byte chunk `chunk` of row `row` of a
+// swizzled tile.
+template <typename Tr>
+__device__ __forceinline__ uint32_t tile_address(uint32_t base, int row, int chunk) {
+  return base + static_cast<uint32_t>((row * Tr::kSmemStride + ((chunk ^ (row & 7)) << 3)) *
+                                      static_cast<int>(sizeof(typename Tr::T)));
+}
+
+// Starts copying rows [row0, row0 + kRows) of a (L, D) slice into a swizzled
+// shared-memory tile; rows at or past `len` are zero-filled. Threads are laid
+// over the padded row (kSmemStride / 8 chunks), so each thread keeps one chunk
+// column and steps down the rows: one pointer and one address per thread.
+template <typename Tr, int kRows>
+__device__ __forceinline__ void load_tile(uint32_t smem, const typename Tr::T* src, int64_t row_stride,
+                                          int64_t row0, int64_t len) {
+  constexpr int kChunksPerRow = Tr::kSmemStride / 8;
+  constexpr int kRowsPerPass = Tr::kThreads / kChunksPerRow;
+  static_assert(Tr::kThreads % kChunksPerRow == 0 && kRows % kRowsPerPass == 0, "tile rows split evenly");
+  static_assert(kRowsPerPass % 8 == 0, "the swizzle of a thread's chunk is the same on every pass");
+  const int chunk = static_cast<int>(threadIdx.x) % kChunksPerRow;
+  const int row = static_cast<int>(threadIdx.x) / kChunksPerRow;
+  if (chunk >= Tr::kRowChunks) return;  // padding columns of head dims 32 and 96
+  const int64_t rows_left = len - row0 - row;
+  const typename Tr::T* from = src + (row0 + row) * row_stride + chunk * 8;
+  const uint32_t to = tile_address<Tr>(smem, row, chunk);
+#pragma unroll
+  for (int n = 0; n < kRows / kRowsPerPass; ++n) {
+    const bool valid = n * kRowsPerPass < rows_left;
+    cp_async_16(to + n * kRowsPerPass * Tr::kSmemStride * sizeof(typename Tr::T), valid ? from : src, valid);
+    from += kRowsPerPass * row_stride;
+  }
+}
+
+// s[a][n] += Q(rows of this warp) K(n-th 8 keys)^T over the whole head dim.
+template <typename Tr>
+__device__ __forceinline__ void multiply_qk(float (&s)[Tr::kMAtoms][Tr::kNAtoms][4], uint32_t sQ, uint32_t sK,
+                                            int warp, int lane) {
+  using T = typename Tr::T;
+#pragma unroll
+  for (int ks = 0; ks < Tr::kHeadDim / 16; ++ks) {
+    uint32_t qa[Tr::kMAtoms][4];
+#pragma unroll
+    for (int a = 0; a < Tr::kMAtoms; ++a)
+      ldmatrix_x4(qa[a], tile_address<Tr>(sQ, warp * Tr::kWarpRows + a * 16 + (lane & 15), ks * 2 + (lane >> 4)));
+#pragma unroll
+    for (int np = 0; np < Tr::kNAtoms / 2; ++np) {
+      uint32_t kb[4];
+      ldmatrix_x4(kb, tile_address<Tr>(sK, np * 16 + (lane & 7) + ((lane >> 4) << 3), ks * 2 + ((lane >> 3) & 1)));
+#pragma unroll
+      for (int a = 0; a < Tr::kMAtoms; ++a) {
+        mma_16816<T>(s[a][2 * np], qa[a], kb[0], kb[1]);
+        mma_16816<T>(s[a][2 * np + 1], qa[a], kb[2], kb[3]);
+      }
+    }
+  }
+}
+
+// o[a][d] += P V: P is s (already exponentiated) rounded to T, V from shared memory.
+template <typename Tr>
+__device__ __forceinline__ void multiply_pv(float (&o)[Tr::kMAtoms][Tr::kDAtoms][4],
+                                            const float (&s)[Tr::kMAtoms][Tr::kNAtoms][4], uint32_t sV, int lane) {
+  using T = typename Tr::T;
+#pragma unroll
+  for (int kk = 0; kk < Tr::kBlockN / 16; ++kk) {
+    uint32_t pa[Tr::kMAtoms][4];
+#pragma unroll
+    for (int a = 0; a < Tr::kMAtoms; ++a) {
+      pa[a][0] = pack2<T>(s[a][2 * kk][0], s[a][2 * kk][1]);
+      pa[a][1] = pack2<T>(s[a][2 * kk][2], s[a][2 * kk][3]);
+      pa[a][2] = pack2<T>(s[a][2 * kk + 1][0], s[a][2 * kk + 1][1]);
+      pa[a][3] = pack2<T>(s[a][2 * kk + 1][2], s[a][2 * kk + 1][3]);
+    }
+#pragma unroll
+    for (int dp = 0; dp < Tr::kDAtoms / 2; ++dp) {
+      uint32_t vb[4];
+      ldmatrix_x4_trans(vb, tile_address<Tr>(sV, kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), dp * 2 + (lane >> 4)));
+#pragma unroll
+      for (int a = 0; a < Tr::kMAtoms; ++a) {
+        mma_16816<T>(o[a][2 * dp], pa[a], vb[0], vb[1]);
+        mma_16816<T>(o[a][2 * dp + 1], pa[a], vb[2], vb[3]);
+      }
+    }
+  }
+}
+
+// Sets entries whose bit in `keep` is clear to -inf.
+template <typename Tr>
+__device__ __forceinline__ void apply_keep_bits(float (&s)[Tr::kMAtoms][Tr::kNAtoms][4], uint64_t keep) {
+#pragma unroll
+  for (int a = 0; a < Tr::kMAtoms; ++a)
+#pragma unroll
+    for (int n = 0; n < Tr::kNAtoms; ++n)
+#pragma unroll
+      for (int reg = 0; reg < 4; ++reg)
+        if (!((keep >> ((a * Tr::kNAtoms + n) * 4 + reg)) & 1)) s[a][n][reg] = kNegInf;
+}
+
+// Key bounds only: entries with key >= k_len become -inf (full tiles at the end).
+template <typename Tr>
+__device__ __forceinline__ void mask_key_bounds(float (&s)[Tr::kMAtoms][Tr::kNAtoms][4], int64_t keys_left,
+                                                int lane) {
+#pragma unroll
+  for (int a = 0; a < Tr::kMAtoms; ++a)
+#pragma unroll
+    for (int n = 0; n < Tr::kNAtoms; ++n)
+#pragma unroll
+      for (int reg = 0; reg < 4; ++reg)
+        if (n * 8 + (lane & 3) * 2 + (reg & 1) >= keys_left) s[a][n][reg] = kNegInf;
+}
+
+// The pairs of a partial tile that are allowed: key and row in bounds, the
+// sub-block kept (derived plans), and either the sub-block full or the pattern
+// predicate true. The predicate is evaluated per row: through its span form
+// (row_key_bits.hpp) where the pattern has one, else key by key. Bit
+// (a * kNAtoms + n) * 4 + reg of the result is entry s[a][n][reg]. Rows are not
+// unrolled: the predicate is large and stays out of the full-tile path.
+template <typename Tr>
+__device__ __forceinline__ uint64_t partial_keep_bits(const FwdParams& p, const PatternExpr& expr,
+                                                      const TileWalk& walk, int64_t h, int64_t q0, int64_t k0,
+                                                      int warp, int lane) {
+  constexpr int kCols = 2 * Tr::kNAtoms;  // columns of this thread per row
+  const DeviceTilePlanView& plan = p.plan;
+  const bool has_sub = plan.sub_present != nullptr;
+  const uint64_t present = has_sub ? plan.sub_present[walk.at] : ~uint64_t{0};
+  const uint64_t full = has_sub ? plan.sub_full[walk.at] : 0;
+  const int64_t shift = p.k_len - p.q_len, keys_left = p.k_len - k0;
+  const int first_col = (lane & 3) * 2;
+  uint64_t keep = 0;
+#pragma unroll 1
+  for (int rr = 0; rr < 2 * Tr::kMAtoms; ++rr) {
+    const int a = rr >> 1, half = rr & 1;
+    const int row = warp * Tr::kWarpRows + a * 16 + (lane >> 2) + half * 8;
+    const int64_t i = q0 + row;
+    if (i >= p.q_len) continue;
+    uint32_t allowed = 0;
+    if (!expr_row_bits<Tr::kNAtoms>(expr, h, i + shift, k0, first_col, allowed)) {
+#pragma unroll 1
+      for (int k = 0; k < kCols; ++k) {
+        const int col = (k >> 1) * 8 + (k & 1) + first_col;
+        if (col < keys_left && expr_allows(expr, h, i, i + shift, k0 + col)) allowed |= 1u << k;
+      }
+    }
+    const int shift_out = a * Tr::kNAtoms * 4 + half * 2;
+    if (!has_sub) {  // the mask's own blocks: the predicate and the key bounds decide
+      const int k_end = keys_left >= Tr::kBlockN ? kCols : first_column_at_or_after(static_cast<int>(keys_left), first_col);
+      allowed &= k_end >= 32 ? ~0u : (1u << k_end) - 1u;
+      uint64_t spread = 0;  // column pair n (bits 2n, 2n+1) -> entries s[a][n][2 * half + c]
+#pragma unroll
+      for (int n = 0; n < Tr::kNAtoms; ++n) spread |= static_cast<uint64_t>((allowed >> (2 * n)) & 3u) << (4 * n);
+      keep |= spread << shift_out;
+      continue;
+    }
+#pragma unroll
+    for (int k = 0; k < kCols; ++k) {
+      const int col = (k >> 1) * 8 + (k & 1) + first_col;
+      const int bit = (row >> plan.sub.row_shift) * plan.sub.cols + (col >> plan.sub.col_shift);
+      const bool ok = col < keys_left && ((present >> bit) & 1) && (((full >> bit) & 1) || ((allowed >> k) & 1));
+      keep |= static_cast<uint64_t>(ok) << (shift_out + (k >> 1) * 4 + (k & 1));
+    }
+  }
+  return keep;
+}
+
+// Online softmax over one tile: updates the running max m (log2 units of the
+// scaled score), rescales l and O, and turns s into P = exp2(s * scale_log2 - m).
+template <typename Tr>
+__device__ __forceinline__ void softmax_update(float (&s)[Tr::kMAtoms][Tr::kNAtoms][4],
+                                               float (&o)[Tr::kMAtoms][Tr::kDAtoms][4], float (&m)[Tr::kMAtoms][2],
+                                               float (&l)[Tr::kMAtoms][2], float scale_log2) {
+#pragma unroll
+  for (int a = 0; a < Tr::kMAtoms; ++a) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float row_max = kNegInf;
+#pragma unroll
+      for (int n = 0; n < Tr::kNAtoms; ++n)
+        row_max = fmaxf(row_max, fmaxf(s[a][n][2 * half], s[a][n][2 * half + 1]));
+      row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 1));
+      row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 2));
+      const float m_new = fmaxf(m[a][half], row_max * scale_log2);
+      // While every score so far is masked, m stays -inf; subtract 0 instead so
+      // that exp2 sees -inf - 0 = -inf (P = 0), never -inf + inf.
+      const float m_used = m_new == kNegInf ? 0.0f : m_new;
+      const float correction = fast_exp2(m[a][half] - m_used);
+      m[a][half] = m_new;
+      l[a][half] *= correction;
+#pragma unroll
+      for (int d = 0; d < Tr::kDAtoms; ++d) {
+        o[a][d][2 * half] *= correction;
+        o[a][d][2 * half + 1] *= correction;
+      }
+#pragma unroll
+      for (int n = 0; n < Tr::kNAtoms; ++n)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const float pr = fast_exp2(fmaf(s[a][n][2 * half + c], scale_log2, -m_used));
+          s[a][n][2 * half + c] = pr;
+          l[a][half] += pr;
+        }
+    }
+  }
+}
+
+// O / l to `out` (input type or fp32) and the LSE, rows below q_len only.
+template <typename Tr>
+__device__ __forceinline__ void write_output(const FwdParams& p, const float (&o)[Tr::kMAtoms][Tr::kDAtoms][4],
+                                             const float (&m)[Tr::kMAtoms][2], float (&l)[Tr::kMAtoms][2],
+                                             int64_t b, int64_t h, int64_t q0, int warp, int lane) {
+  using T = typename Tr::T;
+#pragma unroll
+  for (int a = 0; a < Tr::kMAtoms; ++a) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float sum = l[a][half];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      const int64_t row = q0 + warp * Tr::kWarpRows + a * 16 + (lane >> 2) + half * 8;
+      if (row >= p.q_len) continue;
+      const int64_t base = p.out.row_offset(b, h, row) + (lane & 3) * 2;
+#pragma unroll
+      for (int d = 0; d < Tr::kDAtoms; ++d) {
+        const float x = o[a][d][2 * half] * inv, y = o[a][d][2 * half + 1] * inv;
+        if (p.out_f32)
+          *reinterpret_cast<float2*>(static_cast<float*>(p.out.data) + base + d * 8) = make_float2(x, y);
+        else
+          *reinterpret_cast<uint32_t*>(static_cast<T*>(p.out.data) + base + d * 8) = pack2<T>(x, y);
+      }
+      if (p.lse != nullptr && (lane & 3) == 0)
+        p.lse[b * p.lse_stride_b + h * p.lse_stride_h + row * p.lse_stride_l] =
+            sum > 0.0f ? (m[a][half] + __log2f(sum)) * kLn2 : kNegInf;
+    }
+  }
+}
+
+// One piece of a split row: O / l (fp32) and the natural-log LSE of every tile
+// row into the partial-result slot starting at tile row `first` (rows past
+// q_len included; the combine step ignores them).
+template <typename Tr>
+__device__ __forceinline__ void write_partial(const FwdParams& p, const float (&o)[Tr::kMAtoms][Tr::kDAtoms][4],
+                                              const float (&m)[Tr::kMAtoms][2], float (&l)[Tr::kMAtoms][2],
+                                              int64_t first, int warp, int lane) {
+#pragma unroll
+  for (int a = 0; a < Tr::kMAtoms; ++a) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float sum = l[a][half];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      const int64_t row = first + warp * Tr::kWarpRows + a * 16 + (lane >> 2) + half * 8;
+      float* out = p.partial_o + row * Tr::kHeadDim + (lane & 3) * 2;
+#pragma unroll
+      for (int d = 0; d < Tr::kDAtoms; ++d)
+        *reinterpret_cast<float2*>(out + d * 8) = make_float2(o[a][d][2 * half] * inv, o[a][d][2 * half + 1] * inv);
+      if ((lane & 3) == 0) p.partial_lse[row] = sum > 0.0f ? (m[a][half] + __log2f(sum)) * kLn2 : kNegInf;
+    }
+  }
+}
+
+template <typename Tr>
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm) fwd_sm80_kernel(const FwdParams p) {
+  using T = typename Tr::T;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const uint32_t sQ = smem_address(smem);
+  const uint32_t sK = sQ + Tr::kQElems * sizeof(T);
+  const uint32_t sV = sK + Tr::kKVElems * sizeof(T);
+  PatternExpr& expr = *reinterpret_cast<PatternExpr*>(smem + Tr::kExprOffset);
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+
+  // ---- the work item, then batch and head inside the mask head ----
+  const DeviceTilePlanView& plan = p.plan;
+  const int64_t heads_per_mask_head = p.q_heads / plan.blocks.num_heads;
+  const int64_t copies = p.batch * heads_per_mask_head;  // CTAs per work item
+  const WorkItem work = plan.items[blockIdx.x / copies];
+  const int64_t copy = blockIdx.x % copies;  // b * heads_per_mask_head + head in the mask head
+  const int64_t b = copy / heads_per_mask_head;
+  const int64_t mask_head = work.row / plan.num_q_tiles, q_tile = work.row % plan.num_q_tiles;
+  const int64_t h = mask_head * heads_per_mask_head + copy % heads_per_mask_head;
+  const int64_t kv_head = h / (p.q_heads / p.kv_heads);
+  const int64_t q0 = q_tile * Tr::kBlockM;
+  const int64_t tiles_per_block = plan.blocks.block_k / Tr::kBlockN;
+
+  const T* q = static_cast<const T*>(p.q.data) + p.q.row_offset(b, h, 0);
+  const T* k = static_cast<const T*>(p.k.data) + p.k.row_offset(b, kv_head, 0);
+  const T* v = static_cast<const T*>(p.v.data) + p.v.row_offset(b, kv_head, 0);
+
+  if (p.mask.exprs != nullptr) {
+    const uint32_t* from = reinterpret_cast<const uint32_t*>(p.mask.expr_for_head(h, p.q_heads));
+    uint32_t* to = reinterpret_cast<uint32_t*>(&expr);
+    for (int n = static_cast<int>(threadIdx.x); n < static_cast<int>(sizeof(PatternExpr) / 4); n += Tr::kThreads)
+      to[n] = from[n];
+  }
+
+  TileWalk walk = TileWalk::entries(work.begin, work.end);
+  bool has_tile = walk.valid(plan, tiles_per_block);
+  load_tile<Tr, Tr::kBlockM>(sQ, q, p.q.stride_l, q0, p.q_len);
+  if (has_tile) load_tile<Tr, Tr::kBlockN>(sK, k, p.k.stride_l, walk.key_tile(plan, tiles_per_block) * Tr::kBlockN, p.k_len);
+  cp_async_commit();
+
+  float o[Tr::kMAtoms][Tr::kDAtoms][4];
+  float m[Tr::kMAtoms][2], l[Tr::kMAtoms][2];
+#pragma unroll
+  for (int a = 0; a < Tr::kMAtoms; ++a) {
+#pragma unroll
+    for (int d = 0; d < Tr::kDAtoms; ++d)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) o[a][d][c] = 0.0f;
+    m[a][0] = m[a][1] = kNegInf;
+    l[a][0] = l[a][1] = 0.0f;
+  }
+
+  while (has_tile) {
+    const int64_t k0 = walk.key_tile(plan, tiles_per_block) * Tr::kBlockN;
+    const bool full = walk.full(plan);
+    cp_async_wait<0>();
+    __syncthreads();  // K(n) (and Q, the expression) visible to all; V buffer free
+    load_tile<Tr, Tr::kBlockN>(sV, v, p.v.stride_l, k0, p.k_len);
+    cp_async_commit();
+
+    // The predicate runs before S is live, so its registers do not compete with S.
+    const uint64_t keep = full ? ~uint64_t{0} : partial_keep_bits<Tr>(p, expr, walk, h, q0, k0, warp, lane);
+    float s[Tr::kMAtoms][Tr::kNAtoms][4];
+#pragma unroll
+    for (int a = 0; a < Tr::kMAtoms; ++a)
+#pragma unroll
+      for (int n = 0; n < Tr::kNAtoms; ++n)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) s[a][n][c] = 0.0f;
+    multiply_qk<Tr>(s, sQ, sK, warp, lane);
+    if (!full)
+      apply_keep_bits<Tr>(s, keep);
+    else if (k0 + Tr::kBlockN > p.k_len)
+      mask_key_bounds<Tr>(s, p.k_len - k0, lane);
+    softmax_update<Tr>(s, o, m, l, p.scale_log2);
+
+    TileWalk next = walk;
+    next.advance(tiles_per_block);
+    has_tile = next.valid(plan, tiles_per_block);
+    cp_async_wait<0>();
+    __syncthreads();  // V(n) visible to all; every warp is done reading K(n)
+    if (has_tile)
+      load_tile<Tr, Tr::kBlockN>(sK, k, p.k.stride_l, next.key_tile(plan, tiles_per_block) * Tr::kBlockN, p.k_len);
+    cp_async_commit();
+    multiply_pv<Tr>(o, s, sV, lane);
+    walk = next;
+  }
+  cp_async_wait<0>();  // a row without tiles still has its Q copy in flight
+  if (work.slot < 0)
+    write_output<Tr>(p, o, m, l, b, h, q0, warp, lane);
+  else
+    write_partial<Tr>(p, o, m, l, (work.slot * copies + copy) * Tr::kBlockM, warp, lane);
+}
+
+}  // namespace spattn::cuda_detail

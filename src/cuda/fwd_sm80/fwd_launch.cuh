@@ -1,0 +1,27 @@
+// cuda/fwd_sm80/fwd_launch.cuh - the launch of one instantiation of the
+// portable forward kernel: raises the dynamic shared-memory limit and starts
+// one CTA per (work item, batch, head in the mask head) on the stream, then
+// the merge of split rows.
+#pragma once
+
+#include "cuda/common/cuda_check.hpp"
+#include "cuda/fwd_sm80/fwd_kernel.cuh"
+#include "cuda/fwd_sm80/fwd_sm80.hpp"
+
+namespace spattn::cuda_detail {
+
+template <typename T, int kHeadDim>
+void launch_fwd_sm80(const FwdParams& p, cudaStream_t stream) {
+  using Tr = FwdTraits<T, kHeadDim>;
+  static_assert(Tr::kBlockM == kSm80Tile.rows && Tr::kBlockN == kSm80Tile.cols, "tile plan and kernel tile agree");
+  const auto kernel = fwd_sm80_kernel<Tr>;
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes),
+             "cudaFuncSetAttribute(fwd_sm80 shared memory)");
+  const int64_t ctas = p.plan.num_items * p.batch * (p.q_heads / p.plan.blocks.num_heads);
+  require(ctas <= 0x7fffffff, "CUDA backend: ", ctas, " work items exceed the grid limit");
+  kernel<<<static_cast<unsigned>(ctas), Tr::kThreads, Tr::kSmemBytes, stream>>>(p);
+  check_launch("fwd_sm80 kernel launch");
+  if (p.plan.num_split_rows > 0) launch_split_combine<T>(p, stream);
+}
+
+}  // namespace spattn::cuda_detail

@@ -1,0 +1,50 @@
+// cuda/fwd_sm80/tile_walk.cuh - the order in which a CTA visits key tiles: the
+// device side of the block iterator.
+//
+// A CTA owns a work item: a (mask head, query tile) row of the tile plan or a
+// piece of one. It walks those kept blocks of the row (entries of the
+// BlockMaskView arrays) in ascending key order; each block
+// covers block_k / tile_cols consecutive key tiles (one for derived plans), the
+// last of which may lie past the end of the keys and is then skipped.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/plan/device_plan_view.hpp"
+
+namespace spattn::cuda_detail {
+
+struct TileWalk {
+  int64_t at = 0;   // entry of the row in kv_indices
+  int64_t end = 0;  // one past the row's last entry
+  int32_t sub = 0;  // key tile inside the block
+
+  // Entries [begin, end) of one row of the walked arrays (a work item).
+  __device__ __forceinline__ static TileWalk entries(int64_t begin, int64_t end) {
+    TileWalk w;
+    w.at = begin;
+    w.end = end;
+    return w;
+  }
+
+  __device__ __forceinline__ int64_t key_tile(const DeviceTilePlanView& plan, int64_t tiles_per_block) const {
+    return static_cast<int64_t>(plan.blocks.kv_indices[at]) * tiles_per_block + sub;
+  }
+
+  __device__ __forceinline__ bool valid(const DeviceTilePlanView& plan, int64_t tiles_per_block) const {
+    return at < end && key_tile(plan, tiles_per_block) < plan.num_k_tiles;
+  }
+
+  __device__ __forceinline__ void advance(int64_t tiles_per_block) {
+    if (++sub == tiles_per_block) {
+      sub = 0;
+      ++at;
+    }
+  }
+
+  __device__ __forceinline__ bool full(const DeviceTilePlanView& plan) const {
+    return plan.blocks.kv_full[at] != 0;
+  }
+};
+
+}  // namespace spattn::cuda_detail

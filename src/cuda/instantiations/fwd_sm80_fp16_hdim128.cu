@@ -1,0 +1,7 @@
+// cuda/instantiations/fwd_sm80_fp16_hdim128.cu - the portable forward kernel for
+// fp16 inputs and head dim 128 (one instantiation per file keeps builds parallel).
+#include "cuda/fwd_sm80/fwd_launch.cuh"
+
+namespace spattn::cuda_detail {
+template void launch_fwd_sm80<__half, 128>(const FwdParams& p, cudaStream_t stream);
+}  // namespace spattn::cuda_detail

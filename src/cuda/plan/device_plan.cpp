@@ -1,0 +1,191 @@
+// cuda/plan/device_plan.cpp - creation and lookup of the mask's device copies
+// (see device_plan.hpp).
+//
+// The cache object hangs off BlockMask::device_cache(); one process-wide mutex
+// guards the slot and the lookups (creation happens once per mask, device and
+// tile shape; lookups are a short scan). Pattern tables shared by several
+// terms or heads are copied once, keyed by their host address.
+#include "cuda/plan/device_plan.hpp"
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "cuda/common/cuda_check.hpp"
+#include "spattn/error.hpp"
+
+namespace spattn::cuda_detail {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// One device allocation, freed on destruction.
+class DeviceArray {
+ public:
+  DeviceArray() = default;
+  DeviceArray(const void* host, size_t bytes) {
+    if (bytes == 0) return;
+    check_cuda(cudaMalloc(&ptr_, bytes), "cudaMalloc of a mask array");
+    check_cuda(cudaMemcpy(ptr_, host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy of a mask array");
+  }
+  template <typename T>
+  explicit DeviceArray(const std::vector<T>& v) : DeviceArray(v.data(), v.size() * sizeof(T)) {}
+  ~DeviceArray() {
+    if (ptr_) cudaFree(ptr_);  // errors at process teardown are ignored on purpose
+  }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+
+  template <typename T>
+  T* get() const {
+    return static_cast<T*>(ptr_);
+  }
+
+ private:
+  void* ptr_ = nullptr;
+};
+
+struct TilePlanEntry {
+  TileShape tile;
+  std::vector<std::unique_ptr<DeviceArray>> arrays;
+  DeviceTilePlanView view;
+};
+
+struct PerDevice {
+  int device = -1;
+  std::vector<std::unique_ptr<DeviceArray>> arrays;
+  DeviceMaskView mask;
+  std::vector<std::unique_ptr<TilePlanEntry>> tile_plans;
+};
+
+struct MaskCache {
+  std::vector<std::unique_ptr<PerDevice>> devices;
+};
+
+std::mutex& cache_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+template <typename T>
+const T* upload(std::vector<std::unique_ptr<DeviceArray>>& arrays, const T* host, int64_t count) {
+  arrays.push_back(std::make_unique<DeviceArray>(host, static_cast<size_t>(count) * sizeof(T)));
+  return arrays.back()->get<T>();
+}
+
+template <typename T>
+const T* upload(std::vector<std::unique_ptr<DeviceArray>>& arrays, const std::vector<T>& host) {
+  return upload(arrays, host.data(), static_cast<int64_t>(host.size()));
+}
+
+void require_not_capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  check_cuda(cudaStreamIsCapturing(stream, &status), "cudaStreamIsCapturing");
+  require(status == cudaStreamCaptureStatusNone,
+          "CUDA backend: the mask has no device plan yet and the stream is capturing a graph; "
+          "call cuda_prepare_mask before the capture");
+}
+
+// The pattern's expressions with every table pointer moved to a device copy.
+const PatternExpr* upload_exprs(const Pattern& pattern, std::vector<std::unique_ptr<DeviceArray>>& arrays) {
+  std::map<const void*, const void*> copied;
+  auto table = [&](const auto* host, int64_t count) {
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(host)>>;
+    if (host == nullptr || count == 0) return static_cast<const T*>(nullptr);
+    auto found = copied.find(host);
+    if (found != copied.end()) return static_cast<const T*>(found->second);
+    const T* device = upload(arrays, host, count);
+    copied[host] = device;
+    return device;
+  };
+  std::vector<PatternExpr> exprs = pattern.exprs();
+  for (PatternExpr& e : exprs) {
+    for (int32_t n = 0; n < e.num_terms; ++n) {
+      PatternTerm& t = e.terms[n];
+      if (t.kind == TermKind::BigBird) {
+        t.indices = table(t.indices, t.table_rows * t.table_width);
+      } else if (t.kind == TermKind::Custom) {
+        const int64_t rows = t.table_heads * t.table_rows;
+        const int64_t nnz = t.offsets ? t.offsets[rows] : 0;
+        t.indices = table(t.indices, nnz);
+        t.offsets = table(t.offsets, rows + 1);
+      } else if (t.kind == TermKind::Longformer) {
+        t.tokens = table(t.tokens, t.num_tokens);
+      }
+    }
+  }
+  return upload(arrays, exprs);
+}
+
+PerDevice& per_device(const BlockMask& mask, cudaStream_t stream) {
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  std::shared_ptr<void>& slot = mask.device_cache();
+  if (!slot) slot = std::make_shared<MaskCache>();
+  MaskCache& cache = *static_cast<MaskCache*>(slot.get());
+  for (auto& d : cache.devices)
+    if (d->device == device) return *d;
+
+  require_not_capturing(stream);
+  auto d = std::make_unique<PerDevice>();
+  d->device = device;
+  BlockMaskView v = mask.view();
+  v.row_offsets = upload(d->arrays, mask.row_offsets());
+  v.kv_indices = upload(d->arrays, mask.kv_indices());
+  v.kv_full = upload(d->arrays, mask.kv_full());
+  d->mask.blocks = v;
+  if (mask.pattern()) {
+    d->mask.exprs = upload_exprs(*mask.pattern(), d->arrays);
+    d->mask.num_exprs = mask.pattern()->num_exprs();
+  }
+  // Pageable copies may still be in flight; later kernels can run on any stream.
+  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize after the mask upload");
+  cache.devices.push_back(std::move(d));
+  return *cache.devices.back();
+}
+
+}  // namespace
+
+DeviceMaskView device_mask(const BlockMask& mask, cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(cache_mutex());
+  return per_device(mask, stream).mask;
+}
+
+DeviceTilePlanView device_tile_plan(const BlockMask& mask, TileShape tile, cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(cache_mutex());
+  PerDevice& d = per_device(mask, stream);
+  for (auto& e : d.tile_plans)
+    if (e->tile.rows == tile.rows && e->tile.cols == tile.cols) return e->view;
+
+  require_not_capturing(stream);
+  const HostTilePlan host = make_tile_plan(mask, tile);
+  auto e = std::make_unique<TilePlanEntry>();
+  e->tile = tile;
+  DeviceTilePlanView& view = e->view;
+  view.blocks = d.mask.blocks;
+  if (host.derived) {
+    view.blocks.block_q = tile.rows;
+    view.blocks.block_k = tile.cols;
+    view.blocks.num_q_blocks = ceil_div(mask.q_len(), tile.rows);
+    view.blocks.num_k_blocks = ceil_div(mask.k_len(), tile.cols);
+    view.blocks.row_offsets = upload(e->arrays, host.row_offsets);
+    view.blocks.kv_indices = upload(e->arrays, host.kv_indices);
+    view.blocks.kv_full = upload(e->arrays, host.kv_full);
+    view.sub_present = upload(e->arrays, host.sub_present);
+    view.sub_full = upload(e->arrays, host.sub_full);
+  }
+  view.sub = host.sub;
+  view.items = upload(e->arrays, host.items);
+  view.num_items = static_cast<int64_t>(host.items.size());
+  view.split_rows = upload(e->arrays, host.split_rows);
+  view.num_split_rows = static_cast<int64_t>(host.split_rows.size());
+  view.num_slots = host.num_slots;
+  view.num_q_tiles = ceil_div(mask.q_len(), tile.rows);
+  view.num_k_tiles = ceil_div(mask.k_len(), tile.cols);
+  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize after the tile plan upload");
+  d.tile_plans.push_back(std::move(e));
+  return d.tile_plans.back()->view;
+}
+
+}  // namespace spattn::cuda_detail

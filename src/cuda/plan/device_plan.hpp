@@ -1,0 +1,27 @@
+// cuda/plan/device_plan.hpp - the mask's device copy, made once and cached.
+//
+// The first call for a (mask, device) copies the BlockMask arrays and the
+// pattern's expressions and tables to the device; the first call for a
+// (mask, device, tile shape) also derives and copies the tile plan. Both live
+// in the mask's device_cache() slot and are freed with the last copy of the
+// mask. Later calls only look them up: no allocation, no copy, no host
+// synchronisation, so an attention call can be captured in a CUDA graph once
+// the plan exists (create it first with prepare, outside the capture).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "cuda/plan/device_plan_view.hpp"
+#include "cuda/plan/tile_plan.hpp"
+#include "spattn/block_mask.hpp"
+
+namespace spattn::cuda_detail {
+
+// The mask on the current device. Throws spattn::Error if it must be created
+// while `stream` is capturing a graph.
+DeviceMaskView device_mask(const BlockMask& mask, cudaStream_t stream);
+
+// The tile plan of `tile` on the current device (same rules as device_mask).
+DeviceTilePlanView device_tile_plan(const BlockMask& mask, TileShape tile, cudaStream_t stream);
+
+}  // namespace spattn::cuda_detail

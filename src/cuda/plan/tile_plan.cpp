@@ -1,0 +1,172 @@
+// cuda/plan/tile_plan.cpp - derivation of the kernel tile plan and the
+// longest-first work order from a BlockMask (see tile_plan.hpp).
+//
+// Cost is proportional to the kept blocks: each kept mask block is expanded
+// into the key tiles it overlaps, per query tile, with a scratch array indexed
+// by key tile that is reset only where it was touched.
+#include "cuda/plan/tile_plan.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+
+#include "spattn/error.hpp"
+
+namespace spattn::cuda_detail {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int32_t log2_exact(int64_t x) {
+  int32_t s = 0;
+  while ((int64_t{1} << s) < x) ++s;
+  return s;
+}
+
+bool is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
+
+bool fits_side(int64_t block, int64_t side) {
+  return block % side == 0 || (side % block == 0 && is_pow2(block));
+}
+
+bool is_direct(const BlockMask& mask, TileShape tile) {
+  return mask.block_q() % tile.rows == 0 && mask.block_k() % tile.cols == 0;
+}
+
+// Sub-block sizes inside one tile: the mask block, capped by the tile side.
+SubBlockGrid sub_grid(const BlockMask& mask, TileShape tile) {
+  SubBlockGrid g;
+  g.row_shift = log2_exact(std::min(mask.block_q(), tile.rows));
+  g.col_shift = log2_exact(std::min(mask.block_k(), tile.cols));
+  g.cols = static_cast<int32_t>(tile.cols >> g.col_shift);
+  return g;
+}
+
+// Number of key tiles a (mask head, query tile) row visits.
+std::vector<int64_t> row_work(const BlockMask& mask, TileShape tile, const HostTilePlan& plan) {
+  const int64_t num_q_tiles = ceil_div(mask.q_len(), tile.rows);
+  std::vector<int64_t> work(static_cast<size_t>(mask.num_heads() * num_q_tiles));
+  if (plan.derived) {
+    for (size_t r = 0; r < work.size(); ++r) work[r] = plan.row_offsets[r + 1] - plan.row_offsets[r];
+    return work;
+  }
+  const BlockMaskView view = mask.view();
+  const int64_t tiles_per_block = mask.block_k() / tile.cols;
+  for (int64_t g = 0; g < mask.num_heads(); ++g)
+    for (int64_t t = 0; t < num_q_tiles; ++t) {
+      const int64_t r = view.row(g, t * tile.rows / mask.block_q());
+      work[g * num_q_tiles + t] = (view.row_end(r) - view.row_begin(r)) * tiles_per_block;
+    }
+  return work;
+}
+
+void derive(const BlockMask& mask, TileShape tile, HostTilePlan& plan) {
+  const BlockMaskView view = mask.view();
+  const int64_t bq = mask.block_q(), bk = mask.block_k();
+  const int64_t num_q_tiles = ceil_div(mask.q_len(), tile.rows);
+  const int64_t num_k_tiles = ceil_div(mask.k_len(), tile.cols);
+  const int64_t sub_rows = int64_t{1} << plan.sub.row_shift;
+  const int64_t sub_cols = int64_t{1} << plan.sub.col_shift;
+  std::vector<uint64_t> present(static_cast<size_t>(num_k_tiles), 0), full(present.size(), 0);
+  std::vector<int32_t> touched;
+  plan.row_offsets.assign(1, 0);
+  for (int64_t g = 0; g < mask.num_heads(); ++g) {
+    for (int64_t t = 0; t < num_q_tiles; ++t) {
+      const int64_t first_row = t * tile.rows;
+      const int64_t r0 = first_row / bq;
+      const int64_t r1 = std::min((first_row + tile.rows - 1) / bq, view.num_q_blocks - 1);
+      for (int64_t r = r0; r <= r1; ++r) {
+        const int64_t sr = bq >= tile.rows ? 0 : r - first_row / bq;
+        const int64_t row = view.row(g, r);
+        for (int64_t at = view.row_begin(row); at < view.row_end(row); ++at) {
+          const int64_t kb = view.kv_indices[at];
+          const int64_t u0 = kb * bk / tile.cols;
+          const int64_t u1 = std::min(((kb + 1) * bk - 1) / tile.cols, num_k_tiles - 1);
+          for (int64_t u = u0; u <= u1; ++u) {
+            const int64_t sc = bk >= tile.cols ? 0 : kb - u * (tile.cols / bk);
+            const uint64_t bit = uint64_t{1} << (sr * plan.sub.cols + sc);
+            if (present[u] == 0) touched.push_back(static_cast<int32_t>(u));
+            present[u] |= bit;
+            if (view.kv_full[at]) full[u] |= bit;
+          }
+        }
+      }
+      std::sort(touched.begin(), touched.end());
+      for (const int32_t u : touched) {
+        // Sub-blocks that hold at least one real (row, key) pair.
+        uint64_t needed = 0;
+        for (int64_t sr = 0; sr * sub_rows < tile.rows && first_row + sr * sub_rows < mask.q_len(); ++sr)
+          for (int64_t sc = 0; sc < plan.sub.cols && u * tile.cols + sc * sub_cols < mask.k_len(); ++sc)
+            needed |= uint64_t{1} << (sr * plan.sub.cols + sc);
+        plan.kv_indices.push_back(u);
+        plan.kv_full.push_back((full[u] & needed) == needed ? 1 : 0);
+        plan.sub_present.push_back(present[u]);
+        plan.sub_full.push_back(full[u]);
+        present[u] = full[u] = 0;
+      }
+      touched.clear();
+      plan.row_offsets.push_back(static_cast<int64_t>(plan.kv_indices.size()));
+    }
+  }
+}
+
+// One item per row, rows far longer than the average split into pieces of
+// about twice the average (at least kMinSplitTiles tiles), sorted by work.
+void split_and_order(const BlockMask& mask, TileShape tile, HostTilePlan& plan) {
+  const std::vector<int64_t> work = row_work(mask, tile, plan);
+  const int64_t tiles_per_entry = plan.derived ? 1 : mask.block_k() / tile.cols;
+  const std::vector<int64_t>& offsets = plan.derived ? plan.row_offsets : mask.row_offsets();
+  const int64_t num_q_tiles = ceil_div(mask.q_len(), tile.rows);
+  const int64_t total = std::accumulate(work.begin(), work.end(), int64_t{0});
+  const int64_t piece_tiles = std::max(kMinSplitTiles, 2 * ceil_div(total, static_cast<int64_t>(work.size())));
+  const int64_t piece_entries = ceil_div(piece_tiles, tiles_per_entry);
+  for (size_t r = 0; r < work.size(); ++r) {
+    const int64_t g = static_cast<int64_t>(r) / num_q_tiles, t = static_cast<int64_t>(r) % num_q_tiles;
+    // The row's entries in the walked arrays (derived rows are per tile; direct
+    // rows are the mask row holding the tile).
+    const int64_t mask_row = plan.derived ? static_cast<int64_t>(r) : g * mask.num_q_blocks() + t * tile.rows / mask.block_q();
+    const int64_t begin = offsets[mask_row], end = offsets[mask_row + 1];
+    const int64_t pieces = work[r] > piece_tiles ? ceil_div(end - begin, piece_entries) : 1;
+    if (pieces == 1) {
+      plan.items.push_back(WorkItem{begin, end, static_cast<int32_t>(r), -1});
+      continue;
+    }
+    plan.split_rows.push_back(SplitRow{static_cast<int32_t>(r), plan.num_slots, static_cast<int32_t>(pieces)});
+    for (int64_t n = 0; n < pieces; ++n) {
+      const int64_t b = begin + n * (end - begin) / pieces, e = begin + (n + 1) * (end - begin) / pieces;
+      plan.items.push_back(WorkItem{b, e, static_cast<int32_t>(r), plan.num_slots++});
+    }
+  }
+  std::stable_sort(plan.items.begin(), plan.items.end(),
+                   [](const WorkItem& a, const WorkItem& b) { return a.end - a.begin > b.end - b.begin; });
+}
+
+}  // namespace
+
+void check_tile_fit(const BlockMask& mask, TileShape tile) {
+  require(fits_side(mask.block_q(), tile.rows), "CUDA backend: mask block_q must be a multiple of ",
+          tile.rows, " or a power of two dividing it, got ", mask.block_q());
+  require(fits_side(mask.block_k(), tile.cols), "CUDA backend: mask block_k must be a multiple of ",
+          tile.cols, " or a power of two dividing it, got ", mask.block_k());
+  const int64_t subs = (tile.rows / std::min(mask.block_q(), tile.rows)) *
+                       (tile.cols / std::min(mask.block_k(), tile.cols));
+  require(subs <= 64, "CUDA backend: mask blocks of ", mask.block_q(), " x ", mask.block_k(),
+          " split a ", tile.rows, " x ", tile.cols, " kernel tile into ", subs,
+          " pieces, more than the 64 supported");
+  const int64_t num_q_tiles = ceil_div(mask.q_len(), tile.rows);
+  require(mask.num_heads() <= std::numeric_limits<int32_t>::max() / num_q_tiles,
+          "CUDA backend: mask heads (", mask.num_heads(), ") times query tiles (", num_q_tiles,
+          ") must fit in 32 bits");
+}
+
+HostTilePlan make_tile_plan(const BlockMask& mask, TileShape tile) {
+  check_tile_fit(mask, tile);
+  HostTilePlan plan;
+  plan.derived = !is_direct(mask, tile);
+  plan.sub = sub_grid(mask, tile);
+  if (plan.derived) derive(mask, tile, plan);
+  split_and_order(mask, tile, plan);
+  return plan;
+}
+
+}  // namespace spattn::cuda_detail

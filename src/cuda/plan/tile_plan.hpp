@@ -1,0 +1,81 @@
+// cuda/plan/tile_plan.hpp - the kernel tile grid a CUDA kernel walks, derived
+// on the host from a BlockMask (plain C++, no CUDA).
+//
+// A kernel processes query tiles of `rows` rows against key tiles of `cols`
+// keys. When the mask's blocks are multiples of the tile (block_q % rows == 0,
+// block_k % cols == 0) the kernel walks the mask itself: query tile t reads
+// mask row t * rows / block_q and each kept mask block expands into
+// block_k / cols key tiles. Otherwise the mask is re-expressed at tile
+// granularity: a tile is kept if any mask block inside it is, full if every
+// mask block inside it is kept and full, and otherwise partial, carrying two
+// bit sets over its sub-blocks (the mask blocks it contains, row-major):
+// `present` (kept) and `full`. Inside such a tile a pair is allowed when its
+// sub-block is present and either full or allowed by the pattern predicate.
+//
+// The plan also holds the work: one item per (mask head, query tile) row,
+// except that a row visiting far more key tiles than the average (BigBird or
+// Longformer global rows, per-head mixes) is split into pieces of about
+// twice the average, each writing a partial result (normalised O and LSE in
+// fp32) that a combine step merges. Items are sorted by work, most first, so a
+// grid launched in that order starts the longest pieces first.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "spattn/block_mask.hpp"
+
+namespace spattn::cuda_detail {
+
+struct TileShape {
+  int64_t rows = 128;  // query rows per kernel tile
+  int64_t cols = 64;   // keys per kernel tile
+};
+
+// Sub-blocks of one tile: each covers (1 << row_shift) rows and (1 << col_shift)
+// keys; `cols` of them per tile row.
+struct SubBlockGrid {
+  int32_t row_shift = 0;
+  int32_t col_shift = 0;
+  int32_t cols = 1;
+};
+
+// What one CTA computes: entries [begin, end) of a row's kept blocks.
+struct WorkItem {
+  int64_t begin = 0, end = 0;
+  int32_t row = 0;    // mask head * num_q_tiles + query tile
+  int32_t slot = -1;  // partial-result slot of a split row; -1: writes the output itself
+};
+
+// A split row: its pieces wrote slots [first_slot, first_slot + pieces).
+struct SplitRow {
+  int32_t row = 0;
+  int32_t first_slot = 0;
+  int32_t pieces = 0;
+};
+
+// Rows are split only into pieces of at least this many key tiles.
+constexpr int64_t kMinSplitTiles = 32;
+
+struct HostTilePlan {
+  // False: the kernel walks the mask's own arrays. True: the arrays below,
+  // with block sizes (tile.rows, tile.cols).
+  bool derived = false;
+  std::vector<int64_t> row_offsets;
+  std::vector<int32_t> kv_indices;
+  std::vector<uint8_t> kv_full;
+  std::vector<uint64_t> sub_present;  // per entry, derived plans only
+  std::vector<uint64_t> sub_full;
+  SubBlockGrid sub;
+  std::vector<WorkItem> items;  // most key tiles first
+  std::vector<SplitRow> split_rows;
+  int32_t num_slots = 0;
+};
+
+// Throws spattn::Error unless the mask's block sizes fit the tile (each a
+// multiple or a divisor of the tile side, at most 64 sub-blocks per tile).
+void check_tile_fit(const BlockMask& mask, TileShape tile);
+
+HostTilePlan make_tile_plan(const BlockMask& mask, TileShape tile);
+
+}  // namespace spattn::cuda_detail

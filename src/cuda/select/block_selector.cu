@@ -1,0 +1,240 @@
+// cuda/select/block_selector.cu - BlockSelector: buffers, checks and the
+// launches of the selection kernels (see block_selector.hpp and
+// select_kernels.cuh).
+#include "cuda/select/block_selector.hpp"
+
+#include <algorithm>
+#include <array>
+#include <limits>
+#include <vector>
+
+#include "cuda/common/cuda_check.hpp"
+#include "cuda/select/select_kernels.cuh"
+#include "select/select_config.hpp"
+#include "spattn/cuda.hpp"
+#include "spattn/error.hpp"
+
+namespace spattn::cuda_detail {
+namespace {
+
+namespace sk = select_kernels;
+
+constexpr size_t kDefaultSharedBytes = 48 * 1024;
+
+struct CudaFree {
+  void operator()(void* p) const {
+    if (p) cudaFree(p);  // errors at teardown are ignored on purpose
+  }
+};
+using DevicePtr = std::unique_ptr<void, CudaFree>;
+
+DevicePtr device_alloc(size_t bytes, const char* what) {
+  void* p = nullptr;
+  check_cuda(cudaMalloc(&p, std::max<size_t>(bytes, 1)), what);
+  return DevicePtr(p);
+}
+
+int64_t next_pow2(int64_t n) {
+  int64_t p = 1;
+  while (p < n) p <<= 1;
+  return p;
+}
+
+// Can the input be read with 16-byte loads (pool_kernel_vec)?
+bool vector_loadable(const TensorView& t) {
+  const int64_t vec = 16 / dtype_size(t.dtype);
+  if (t.stride[3] != 1 || t.head_dim() % vec != 0 || t.head_dim() / vec > sk::kPoolThreads) return false;
+  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) return false;
+  for (int axis = 0; axis < 3; ++axis)
+    if (t.stride[axis] % vec != 0) return false;
+  return true;
+}
+
+template <typename T>
+void launch_pool(const sk::PoolArgs& args, int64_t ctas, bool vectorized, cudaStream_t stream) {
+  if (vectorized)
+    sk::pool_kernel_vec<T><<<static_cast<unsigned>(ctas), sk::kPoolThreads, 0, stream>>>(args);
+  else
+    sk::pool_kernel<T><<<static_cast<unsigned>(ctas), sk::kPoolThreads, 0, stream>>>(args);
+  check_launch("pool_kernel");
+}
+
+sk::PoolInput pool_input(const TensorView& t, int64_t block, int64_t num_blocks, float* pooled) {
+  sk::PoolInput in;
+  in.data = t.data;
+  in.stride_b = t.stride[0];
+  in.stride_h = t.stride[1];
+  in.stride_l = t.stride[2];
+  in.stride_d = t.stride[3];
+  in.heads = t.heads();
+  in.len = t.seq_len();
+  in.block = block;
+  in.num_blocks = num_blocks;
+  in.pooled = pooled;
+  return in;
+}
+
+}  // namespace
+
+struct BlockSelector::Buffers {
+  DevicePtr pooled_q, pooled_k, counts, slots, row_offsets, kv_indices, kv_full;
+};
+
+BlockSelector::BlockSelector(const SelectConfig& config, const SelectShape& shape)
+    : shape_(shape), per_query_head_(config.per_query_head) {
+  const char* names[6] = {"batch", "q_heads", "kv_heads", "q_len", "k_len", "head_dim"};
+  const int64_t values[6] = {shape.batch, shape.q_heads, shape.kv_heads,
+                             shape.q_len, shape.k_len,   shape.head_dim};
+  for (int t = 0; t < 6; ++t)
+    require(values[t] > 0, "CUDA selector: ", names[t], " must be > 0, got ", values[t]);
+  require(shape.q_heads % shape.kv_heads == 0, "CUDA selector: q_heads (", shape.q_heads,
+          ") must be a multiple of kv_heads (", shape.kv_heads, ")");
+  params_ = select_detail::resolve_select_params(config, shape.q_len, shape.k_len, shape.head_dim);
+  require(params_.stride == 0, "CUDA selector: stride (", params_.stride,
+          ") antidiagonal sampling is host-only; use stride 0 (mean pooling)");
+
+  const int64_t nqb = params_.num_q_blocks, nkb = params_.num_k_blocks;
+  mask_heads_ = per_query_head_ ? shape.q_heads : shape.kv_heads;
+  if (params_.max_blocks > 0)
+    capacity_ = std::min(params_.max_blocks, nkb);
+  else if (!params_.use_tau)
+    capacity_ = std::min(
+        std::max({params_.topk, params_.sink_blocks + params_.local_blocks, params_.min_blocks}), nkb);
+  else
+    capacity_ = nkb;
+  const int64_t rows = mask_heads_ * nqb;
+  require(shape.batch * rows <= std::numeric_limits<int32_t>::max(),
+          "CUDA selector: batch * mask heads * query blocks must fit in 32 bits, got ", shape.batch * rows);
+  require(shape.batch <= std::numeric_limits<int32_t>::max() / 2 &&
+              shape.batch * shape.q_heads * nqb + shape.batch * shape.kv_heads * nkb <=
+                  std::numeric_limits<int32_t>::max(),
+          "CUDA selector: too many (batch, head, block) triples to pool in one launch");
+
+  select_smem_bytes_ = static_cast<size_t>(next_pow2(nkb)) * (sizeof(uint64_t) + sizeof(float)) +
+                       static_cast<size_t>(shape.head_dim) * sizeof(float);
+  int device = 0, optin = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+             "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)");
+  require(select_smem_bytes_ <= static_cast<size_t>(optin), "CUDA selector: ", nkb, " key blocks need ",
+          select_smem_bytes_, " bytes of shared memory per row, the device has ", optin,
+          "; use a larger block_k");
+  if (select_smem_bytes_ > kDefaultSharedBytes)
+    check_cuda(cudaFuncSetAttribute(sk::score_select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(select_smem_bytes_)),
+               "cudaFuncSetAttribute(score_select_kernel)");
+
+  const int64_t B = shape.batch, D = shape.head_dim, entries = B * rows * capacity_;
+  buffers_ = std::make_unique<Buffers>();
+  buffers_->pooled_q = device_alloc(sizeof(float) * B * shape.q_heads * nqb * D, "cudaMalloc(pooled q)");
+  buffers_->pooled_k = device_alloc(sizeof(float) * B * shape.kv_heads * nkb * D, "cudaMalloc(pooled k)");
+  buffers_->counts = device_alloc(sizeof(int32_t) * B * rows, "cudaMalloc(row counts)");
+  buffers_->slots = device_alloc(sizeof(int32_t) * entries, "cudaMalloc(row slots)");
+  buffers_->row_offsets = device_alloc(sizeof(int64_t) * B * (rows + 1), "cudaMalloc(row offsets)");
+  buffers_->kv_indices = device_alloc(sizeof(int32_t) * entries, "cudaMalloc(kv indices)");
+  buffers_->kv_full = device_alloc(sizeof(uint8_t) * entries, "cudaMalloc(kv full)");
+}
+
+BlockSelector::~BlockSelector() = default;
+
+void BlockSelector::run(const TensorView& q, const TensorView& k, cudaStream_t stream) {
+  select_detail::validate_select_inputs(q, k);
+  const std::array<int64_t, 4> q_shape{shape_.batch, shape_.q_heads, shape_.q_len, shape_.head_dim};
+  const std::array<int64_t, 4> k_shape{shape_.batch, shape_.kv_heads, shape_.k_len, shape_.head_dim};
+  require(q.shape == q_shape && k.shape == k_shape, "CUDA selector: q (", q.shape[0], ", ", q.shape[1], ", ",
+          q.shape[2], ", ", q.shape[3], ") and k (", k.shape[0], ", ", k.shape[1], ", ", k.shape[2], ", ",
+          k.shape[3], ") differ from the shape the selector was made for");
+  require(q.dtype != DType::F64, "CUDA selector: q dtype must be fp32, fp16 or bf16, got fp64");
+  require(cuda_is_device_pointer(q.data), "CUDA selector: q must point to device memory");
+  require(cuda_is_device_pointer(k.data), "CUDA selector: k must point to device memory");
+
+  const int64_t nqb = params_.num_q_blocks, nkb = params_.num_k_blocks, B = shape_.batch;
+  sk::PoolArgs pool;
+  pool.q = pool_input(q, params_.block_q, nqb, static_cast<float*>(buffers_->pooled_q.get()));
+  pool.k = pool_input(k, params_.block_k, nkb, static_cast<float*>(buffers_->pooled_k.get()));
+  pool.batch = B;
+  pool.head_dim = shape_.head_dim;
+  const int64_t pool_ctas = B * shape_.q_heads * nqb + B * shape_.kv_heads * nkb;
+  const bool vectorized = vector_loadable(q) && vector_loadable(k);
+  switch (q.dtype) {
+    case DType::F32:
+      launch_pool<float>(pool, pool_ctas, vectorized, stream);
+      break;
+    case DType::F16:
+      launch_pool<__half>(pool, pool_ctas, vectorized, stream);
+      break;
+    case DType::BF16:
+      launch_pool<__nv_bfloat16>(pool, pool_ctas, vectorized, stream);
+      break;
+    case DType::F64:
+      break;
+  }
+
+  sk::SelectArgs select;
+  select.p = params_;
+  select.pooled_q = pool.q.pooled;
+  select.pooled_k = pool.k.pooled;
+  select.batch = B;
+  select.q_heads = shape_.q_heads;
+  select.kv_heads = shape_.kv_heads;
+  select.head_dim = shape_.head_dim;
+  select.mask_heads = mask_heads_;
+  select.per_query_head = per_query_head_ ? 1 : 0;
+  select.capacity = capacity_;
+  select.counts = static_cast<int32_t*>(buffers_->counts.get());
+  select.slots = static_cast<int32_t*>(buffers_->slots.get());
+  const int64_t rows = mask_heads_ * nqb;
+  sk::score_select_kernel<<<static_cast<unsigned>(B * rows), sk::kSelectThreads, select_smem_bytes_,
+                            stream>>>(select);
+  check_launch("score_select_kernel");
+
+  sk::PackArgs pack;
+  pack.p = params_;
+  pack.rows = rows;
+  pack.capacity = capacity_;
+  pack.counts = select.counts;
+  pack.slots = select.slots;
+  pack.row_offsets = static_cast<int64_t*>(buffers_->row_offsets.get());
+  pack.kv_indices = static_cast<int32_t*>(buffers_->kv_indices.get());
+  pack.kv_full = static_cast<uint8_t*>(buffers_->kv_full.get());
+  sk::pack_kernel<<<static_cast<unsigned>(B), sk::kPackThreads, 0, stream>>>(pack);
+  check_launch("pack_kernel");
+}
+
+BlockMaskView BlockSelector::view(int64_t b) const {
+  require(b >= 0 && b < shape_.batch, "CUDA selector: batch index must be in [0, ", shape_.batch, "), got ",
+          b);
+  const int64_t rows = mask_heads_ * params_.num_q_blocks;
+  BlockMaskView v;
+  v.q_len = params_.q_len;
+  v.k_len = params_.k_len;
+  v.block_q = params_.block_q;
+  v.block_k = params_.block_k;
+  v.num_q_blocks = params_.num_q_blocks;
+  v.num_k_blocks = params_.num_k_blocks;
+  v.num_heads = mask_heads_;
+  v.row_offsets = static_cast<const int64_t*>(buffers_->row_offsets.get()) + b * (rows + 1);
+  v.kv_indices = static_cast<const int32_t*>(buffers_->kv_indices.get()) + b * rows * capacity_;
+  v.kv_full = static_cast<const uint8_t*>(buffers_->kv_full.get()) + b * rows * capacity_;
+  return v;
+}
+
+BlockMask BlockSelector::download(int64_t b) const {
+  const BlockMaskView v = view(b);
+  const int64_t rows = mask_heads_ * params_.num_q_blocks;
+  std::vector<int64_t> offsets(static_cast<size_t>(rows + 1));
+  check_cuda(
+      cudaMemcpy(offsets.data(), v.row_offsets, sizeof(int64_t) * offsets.size(), cudaMemcpyDeviceToHost),
+      "cudaMemcpy(row offsets)");
+  std::vector<int32_t> indices(static_cast<size_t>(offsets.back()));
+  std::vector<uint8_t> full(static_cast<size_t>(offsets.back()));
+  check_cuda(
+      cudaMemcpy(indices.data(), v.kv_indices, sizeof(int32_t) * indices.size(), cudaMemcpyDeviceToHost),
+      "cudaMemcpy(kv indices)");
+  check_cuda(cudaMemcpy(full.data(), v.kv_full, full.size(), cudaMemcpyDeviceToHost), "cudaMemcpy(kv full)");
+  auto pattern = std::make_shared<const Pattern>(params_.causal ? Pattern::causal() : Pattern::dense());
+  return BlockMask(params_.q_len, params_.k_len, params_.block_q, params_.block_k, mask_heads_,
+                   std::move(offsets), std::move(indices), std::move(full), std::move(pattern));
+}
+
+}  // namespace spattn::cuda_detail

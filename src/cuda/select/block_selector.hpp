@@ -1,0 +1,61 @@
+// cuda/select/block_selector.hpp - dynamic block selection on the GPU.
+//
+// A BlockSelector is made once per (config, shape): the constructor checks
+// the configuration, sizes and allocates every buffer (the per-row capacity is
+// the static bound of the configuration: max_blocks when set, the most blocks
+// topk can keep in topk mode, else all key blocks) and sets the kernels'
+// attributes. run() only launches the three kernels of select_kernels.cuh on
+// the stream: no allocation, no copy, no host synchronisation, so it can be
+// captured in a CUDA graph. Its output, per batch element, is a BlockMaskView
+// of device arrays with the semantics of the host select_blocks (mean
+// pooling; antidiagonal sampling is host-only). Scores are fp32 on the
+// device and fp64 on the host, so rows whose choice hangs on a near tie may
+// differ (docs/dynamic.md).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "select/select_rules.hpp"
+#include "spattn/block_mask.hpp"
+#include "spattn/select.hpp"
+
+namespace spattn::cuda_detail {
+
+struct SelectShape {
+  int64_t batch = 1, q_heads = 1, kv_heads = 1, q_len = 0, k_len = 0, head_dim = 0;
+};
+
+class BlockSelector {
+ public:
+  BlockSelector(const SelectConfig& config, const SelectShape& shape);
+  ~BlockSelector();
+  BlockSelector(const BlockSelector&) = delete;
+  BlockSelector& operator=(const BlockSelector&) = delete;
+
+  // q (B, Hq, Lq, D) and k (B, Hkv, Lk, D) on the device, fp32, fp16 or bf16,
+  // of the constructor's shape. Queues the selection on `stream`.
+  void run(const TensorView& q, const TensorView& k, cudaStream_t stream);
+
+  // The mask of batch element b, device pointers (valid after run() completes).
+  BlockMaskView view(int64_t b) const;
+  // The same mask copied to the host (synchronises with the device).
+  BlockMask download(int64_t b) const;
+
+  int64_t capacity() const { return capacity_; }
+  int64_t mask_heads() const { return mask_heads_; }
+
+ private:
+  struct Buffers;
+  select_detail::SelectParams params_;
+  SelectShape shape_;
+  bool per_query_head_ = false;
+  int64_t mask_heads_ = 0;
+  int64_t capacity_ = 0;
+  size_t select_smem_bytes_ = 0;
+  std::unique_ptr<Buffers> buffers_;
+};
+
+}  // namespace spattn::cuda_detail

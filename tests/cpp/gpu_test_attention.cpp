@@ -1,0 +1,221 @@
+// tests/cpp/gpu_test_attention.cpp - the fused CUDA kernel against the fp64
+// reference: every pattern, both dtypes, every head dim, odd lengths,
+// Lq != Lk, GQA, both layouts, rows with no allowed key, and mask block sizes
+// from 16 to 256 on both sides (independent of the kernel tile).
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "gpu_test_support.hpp"
+#include "pattern_cases.hpp"
+
+namespace spattn::testing {
+namespace {
+
+TEST(GpuAttention, EveryPatternBothDtypes) {
+  SPATTN_REQUIRE_GPU();
+  std::mt19937_64 rng(101);
+  const int64_t L = 1000, heads = 4;
+  std::vector<Case> cases = {
+      dense_case(false), causal_case(), block_diagonal_case(100, false), sliding_window_case(64, 32, false),
+      window_case(200), streaming_case(16, 100), strided_case(37), fixed_case(64, 8),
+      dilated_case({128, 256}, {2, 4}, false), bigbird_case(L, 64, 3, 1, 3, 7, false),
+      longformer_case(64, {0, 500, 999}, false), custom_case(rng, L, L, heads, 64, 64, 0.3, false, false),
+      per_head_case({streaming_case(8, 50), dense_case(true)}, heads),
+      unite_case(dilated_case({256}, {4}, true), window_case(64))};
+  uint64_t seed = 1;
+  for (const Case& c : cases)
+    for (DType dtype : {DType::BF16, DType::F16}) {
+      GpuProblem pr;
+      pr.pattern = c.pattern;
+      pr.dtype = pr.out_dtype = dtype;
+      pr.q_heads = pr.kv_heads = heads;
+      pr.q_len = pr.k_len = L;
+      pr.head_dim = dtype == DType::BF16 ? 128 : 64;
+      expect_matches_reference(pr, seed++);
+    }
+}
+
+TEST(GpuAttention, RandomCompositions) {
+  SPATTN_REQUIRE_GPU();
+  std::mt19937_64 rng(202);
+  for (int n = 0; n < 16; ++n) {
+    GpuProblem pr;
+    pr.q_len = draw(rng, 1, 700);
+    pr.k_len = draw(rng, 1, 700);
+    pr.q_heads = 4;
+    pr.kv_heads = draw(rng, 0, 1) ? 4 : 2;
+    pr.pattern = random_case(rng, pr.q_len, pr.k_len, pr.q_heads).pattern;
+    pr.dtype = pr.out_dtype = n % 2 ? DType::F16 : DType::BF16;
+    pr.head_dim = n % 3 ? 64 : 128;
+    const int64_t blocks[] = {16, 32, 64, 128, 256};
+    pr.block_q = blocks[draw(rng, 0, 4)];
+    pr.block_k = blocks[draw(rng, 0, 4)];
+    expect_matches_reference(pr, 1000 + n);
+  }
+}
+
+TEST(GpuAttention, EveryHeadDim) {
+  SPATTN_REQUIRE_GPU();
+  uint64_t seed = 300;
+  for (int64_t d : {32, 64, 96, 128, 256})
+    for (DType dtype : {DType::BF16, DType::F16})
+      for (const Pattern& pattern : {Pattern::causal(), Pattern::sliding_window(100, 20)}) {
+        GpuProblem pr;
+        pr.pattern = pattern;
+        pr.dtype = pr.out_dtype = dtype;
+        pr.head_dim = d;
+        pr.q_len = pr.k_len = 333;
+        expect_matches_reference(pr, seed++);
+      }
+}
+
+TEST(GpuAttention, OddLengths) {
+  SPATTN_REQUIRE_GPU();
+  uint64_t seed = 400;
+  for (int64_t L : {1, 17, 1000, 4099})
+    for (const Pattern& pattern : {Pattern::causal(), Pattern::sliding_window(257)}) {
+      GpuProblem pr;
+      pr.pattern = pattern;
+      pr.q_heads = pr.kv_heads = 1;
+      pr.q_len = pr.k_len = L;
+      expect_matches_reference(pr, seed++);
+    }
+}
+
+TEST(GpuAttention, QueryAndKeyLengthsDiffer) {
+  SPATTN_REQUIRE_GPU();
+  uint64_t seed = 500;
+  // Lq > Lk gives causal rows before position 0: no allowed key, O = 0, LSE = -inf.
+  for (auto [lq, lk] : {std::pair<int64_t, int64_t>{300, 1000}, {1000, 300}, {129, 65}, {65, 129}})
+    for (const Pattern& pattern : {Pattern::causal(), Pattern::streaming(4, 64), Pattern::dense()}) {
+      GpuProblem pr;
+      pr.pattern = pattern;
+      pr.q_len = lq;
+      pr.k_len = lk;
+      expect_matches_reference(pr, seed++);
+    }
+}
+
+TEST(GpuAttention, GroupedQueryHeadsBatchesAndLayouts) {
+  SPATTN_REQUIRE_GPU();
+  uint64_t seed = 600;
+  for (int64_t kv_heads : {8, 2, 1})
+    for (Layout layout : {Layout::BHLD, Layout::BLHD}) {
+      GpuProblem pr;
+      pr.pattern = Pattern::dilated({128}, {2}, true);  // head-dependent: one mask head per query head
+      pr.batch = 2;
+      pr.q_heads = 8;
+      pr.kv_heads = kv_heads;
+      pr.q_len = pr.k_len = 390;
+      pr.layout = layout;
+      expect_matches_reference(pr, seed++);
+      pr.pattern = Pattern::causal();  // one mask head shared by all query heads
+      expect_matches_reference(pr, seed++);
+    }
+}
+
+TEST(GpuAttention, RowsWithoutKeysAndFp32Output) {
+  SPATTN_REQUIRE_GPU();
+  // Row blocks 1 and 3 keep nothing.
+  const std::vector<uint8_t> blocks = {1, 0, 1, 0, 0, 0, 0, 0, 0, 1, 1, 1, 0, 0, 0, 0};
+  GpuProblem pr;
+  pr.pattern = Pattern::custom(blocks, 1, 4, 4, 64, 64);
+  pr.q_len = pr.k_len = 250;
+  pr.block_q = pr.block_k = 64;
+  expect_matches_reference(pr, 700);
+  pr.out_dtype = DType::F32;
+  expect_matches_reference(pr, 701);
+  pr.dtype = DType::F16;
+  expect_matches_reference(pr, 702);
+}
+
+TEST(GpuAttention, MaskBlockSizesIndependentOfTile) {
+  SPATTN_REQUIRE_GPU();
+  std::mt19937_64 rng(800);
+  const int64_t L = 700;
+  const Pattern window = Pattern::sliding_window(150, 40);
+  uint64_t seed = 800;
+  for (int64_t bq : {16, 32, 64, 128, 256})
+    for (int64_t bk : {16, 32, 64, 128, 256}) {
+      GpuProblem pr;
+      pr.q_len = pr.k_len = L;
+      pr.block_q = bq;
+      pr.block_k = bk;
+      pr.pattern = window;
+      expect_matches_reference(pr, seed++);
+      // A block-level pattern on its own grid, planned with other block sizes.
+      pr.pattern = custom_case(rng, L, L, 1, 48, 80, 0.3, true, false).pattern;
+      expect_matches_reference(pr, seed++);
+    }
+}
+
+TEST(GpuAttention, SplitLongRows) {
+  SPATTN_REQUIRE_GPU();
+  // Global rows (Longformer tokens, BigBird's first and last blocks) visit every
+  // key and are split into pieces merged afterwards.
+  uint64_t seed = 1100;
+  for (const Pattern& pattern : {Pattern::longformer(128, {0, 1, 3000}), Pattern::bigbird(6000, 64, 3, 1, 3, 9)})
+    for (DType dtype : {DType::BF16, DType::F16}) {
+      GpuProblem pr;
+      pr.pattern = pattern;
+      pr.dtype = pr.out_dtype = dtype;
+      pr.q_len = pr.k_len = 6000;
+      pr.q_heads = 4;
+      pr.kv_heads = 2;
+      pr.batch = 2;
+      pr.block_q = pr.block_k = 64;
+      expect_matches_reference(pr, seed++);
+      pr.out_dtype = DType::F32;
+      pr.layout = Layout::BLHD;
+      expect_matches_reference(pr, seed++);
+    }
+}
+
+// Small problems covering each kernel path (mask read directly and through a
+// derived tile plan, both warp layouts, partial and ragged tiles, the naive
+// kernel); scripts/gpu_check.sh runs these under compute-sanitizer.
+TEST(GpuSanitizerSmall, EachKernelPath) {
+  SPATTN_REQUIRE_GPU();
+  GpuProblem pr;
+  pr.q_len = 150;
+  pr.k_len = 190;
+  pr.pattern = Pattern::causal();
+  expect_matches_reference(pr, 1);
+  pr.pattern = Pattern::sliding_window(40, 10);
+  pr.block_q = pr.block_k = 32;
+  pr.dtype = pr.out_dtype = DType::F16;
+  expect_matches_reference(pr, 2);
+  pr.head_dim = 256;
+  expect_matches_reference(pr, 3);
+  pr.naive = true;
+  pr.head_dim = 96;
+  expect_matches_reference(pr, 4);
+  // The query tile holding token 0 sees all 35 key tiles: split and merged.
+  pr = GpuProblem{};
+  pr.pattern = Pattern::longformer(64, {0});
+  pr.q_heads = pr.kv_heads = 1;
+  pr.q_len = pr.k_len = 2200;
+  expect_matches_reference(pr, 5);
+}
+
+TEST(GpuAttention, NaiveBaseline) {
+  SPATTN_REQUIRE_GPU();
+  uint64_t seed = 900;
+  for (const Pattern& pattern :
+       {Pattern::dense(), Pattern::streaming(16, 64), Pattern::block_diagonal(16), Pattern::dilated({64}, {2})}) {
+    GpuProblem pr;
+    pr.pattern = pattern;
+    pr.naive = true;
+    pr.q_len = 300;
+    pr.k_len = 333;
+    pr.q_heads = 4;
+    pr.kv_heads = 2;
+    pr.dtype = pr.out_dtype = seed % 2 ? DType::F16 : DType::BF16;
+    expect_matches_reference(pr, seed++);
+  }
+}
+
+}  // namespace
+}  // namespace spattn::testing

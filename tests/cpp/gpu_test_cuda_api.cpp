@@ -1,0 +1,271 @@
+// tests/cpp/gpu_test_cuda_api.cpp - the CUDA backend's contract beyond the
+// numbers: the tile plan (host-only, runs without a GPU), input errors that
+// name the offending value, capture of an attention call in a CUDA graph, and
+// dispatch through attention().
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda/common/row_key_bits.hpp"
+#include "cuda/plan/tile_plan.hpp"
+#include "gpu_test_support.hpp"
+#include "pattern_cases.hpp"
+
+namespace spattn::testing {
+namespace {
+
+using cuda_detail::HostTilePlan;
+using cuda_detail::TileShape;
+
+// Is pair (i, j) allowed according to the tile plan (as the kernel reads it)?
+bool plan_allows(const BlockMask& mask, const HostTilePlan& plan, TileShape tile, int64_t h, int64_t i,
+                 int64_t j) {
+  const int64_t num_q_tiles = (mask.q_len() + tile.rows - 1) / tile.rows;
+  const int64_t g = h;  // the test walks query heads == mask heads
+  const int64_t t = i / tile.rows, u = j / tile.cols;
+  const PatternExpr* expr = mask.pattern() ? &mask.pattern()->expr_for_head(h, mask.num_heads()) : nullptr;
+  const int64_t shift = mask.k_len() - mask.q_len();
+  if (!plan.derived) {
+    const BlockMaskView view = mask.view();
+    const int64_t r = view.row(g, t * tile.rows / mask.block_q());
+    for (int64_t at = view.row_begin(r); at < view.row_end(r); ++at) {
+      const int64_t first = view.kv_indices[at] * (mask.block_k() / tile.cols);
+      if (u < first || u >= first + mask.block_k() / tile.cols) continue;
+      return view.kv_full[at] || expr_allows(*expr, h, i, i + shift, j);
+    }
+    return false;
+  }
+  const int64_t r = g * num_q_tiles + t;
+  for (int64_t at = plan.row_offsets[r]; at < plan.row_offsets[r + 1]; ++at) {
+    if (plan.kv_indices[at] != u) continue;
+    if (plan.kv_full[at]) return true;
+    const int64_t bit = ((i - t * tile.rows) >> plan.sub.row_shift) * plan.sub.cols +
+                        ((j - u * tile.cols) >> plan.sub.col_shift);
+    if (!((plan.sub_present[at] >> bit) & 1)) return false;
+    return ((plan.sub_full[at] >> bit) & 1) || expr_allows(*expr, h, i, i + shift, j);
+  }
+  return false;
+}
+
+// Work items: each row's entries covered exactly once, in order; split rows'
+// pieces in consecutive slots; items sorted by work, most first.
+void expect_items_cover_every_row_once(const BlockMask& mask, const HostTilePlan& plan, TileShape tile) {
+  const int64_t num_q_tiles = (mask.q_len() + tile.rows - 1) / tile.rows;
+  const int64_t rows = mask.num_heads() * num_q_tiles;
+  std::vector<std::vector<cuda_detail::WorkItem>> by_row(static_cast<size_t>(rows));
+  for (size_t n = 0; n < plan.items.size(); ++n) {
+    by_row.at(static_cast<size_t>(plan.items[n].row)).push_back(plan.items[n]);
+    if (n > 0) {
+      EXPECT_GE(plan.items[n - 1].end - plan.items[n - 1].begin, plan.items[n].end - plan.items[n].begin);
+    }
+  }
+  const std::vector<int64_t>& offsets = plan.derived ? plan.row_offsets : mask.row_offsets();
+  int64_t split = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    auto& items = by_row[static_cast<size_t>(r)];
+    ASSERT_FALSE(items.empty()) << "row " << r;
+    std::sort(items.begin(), items.end(), [](auto& a, auto& b) { return a.begin < b.begin; });
+    const int64_t mask_row = plan.derived ? r : r / num_q_tiles * mask.num_q_blocks() +
+                                                    r % num_q_tiles * tile.rows / mask.block_q();
+    EXPECT_EQ(items.front().begin, offsets[mask_row]);
+    EXPECT_EQ(items.back().end, offsets[mask_row + 1]);
+    for (size_t n = 1; n < items.size(); ++n) EXPECT_EQ(items[n].begin, items[n - 1].end);
+    if (items.size() == 1) {
+      EXPECT_EQ(items[0].slot, -1);
+      continue;
+    }
+    const cuda_detail::SplitRow& s = plan.split_rows.at(static_cast<size_t>(split++));
+    EXPECT_EQ(s.row, r);
+    EXPECT_EQ(s.pieces, static_cast<int32_t>(items.size()));
+    for (size_t n = 0; n < items.size(); ++n) EXPECT_EQ(items[n].slot, s.first_slot + static_cast<int32_t>(n));
+  }
+  EXPECT_EQ(split, static_cast<int64_t>(plan.split_rows.size()));
+}
+
+TEST(CudaTilePlan, SplitsRowsFarLongerThanTheAverage) {
+  // Longformer global tokens make whole rows of keys: far above the average.
+  const BlockMask mask =
+      BlockMask::build(Pattern::longformer(128, {0, 1, 3000}), MaskShape{6000, 6000, 128, 128, 1});
+  const HostTilePlan plan = cuda_detail::make_tile_plan(mask, TileShape{128, 64});
+  EXPECT_EQ(plan.split_rows.size(), 2u);  // the query tiles holding tokens 0, 1 and 3000
+  expect_items_cover_every_row_once(mask, plan, TileShape{128, 64});
+}
+
+TEST(CudaTilePlan, AgreesWithTheMaskForEveryBlockSize) {
+  std::mt19937_64 rng(11);
+  const TileShape tile{128, 64};
+  for (int64_t bq : {16, 32, 64, 128, 256})
+    for (int64_t bk : {16, 32, 64, 128, 256}) {
+      const int64_t lq = draw(rng, 1, 600), lk = draw(rng, 1, 600);
+      const Case c = random_case(rng, lq, lk, 2);
+      const BlockMask mask = BlockMask::build(c.pattern, MaskShape{lq, lk, bq, bk, 2});
+      const HostTilePlan plan = cuda_detail::make_tile_plan(mask, tile);
+      EXPECT_EQ(plan.derived, bq % 128 != 0 || bk % 64 != 0);
+      SCOPED_TRACE(c.name + " blocks " + std::to_string(bq) + "x" + std::to_string(bk));
+      int64_t mismatches = 0;
+      for (int64_t h = 0; h < mask.num_heads(); ++h)
+        for (int64_t i = 0; i < lq; ++i)
+          for (int64_t j = 0; j < lk; ++j)
+            mismatches += plan_allows(mask, plan, tile, h, i, j) != mask.allowed(h, mask.num_heads(), i, j);
+      EXPECT_EQ(mismatches, 0);
+      expect_items_cover_every_row_once(mask, plan, tile);
+    }
+}
+
+TEST(CudaTilePlan, RejectsBlocksThatDoNotFitTheTile) {
+  const BlockMask mask = BlockMask::build(Pattern::causal(), MaskShape{500, 500, 96, 64, 1});
+  try {
+    cuda_detail::make_tile_plan(mask, TileShape{128, 64});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("block_q"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("96"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CudaRowKeyBits, SpanFormAgreesWithThePredicate) {
+  std::mt19937_64 rng(12);
+  constexpr int kNAtoms = 8;  // 64-key tiles, 16 columns per thread
+  int64_t rows_with_span_form = 0;
+  for (int n = 0; n < 300; ++n) {
+    const int64_t lq = draw(rng, 1, 900), lk = draw(rng, 1, 900), heads = 4;
+    const Case c = random_case(rng, lq, lk, heads);
+    SCOPED_TRACE(c.name);
+    for (int r = 0; r < 20; ++r) {
+      const int64_t h = draw(rng, 0, heads - 1), i = draw(rng, 0, lq - 1), p = i + lk - lq;
+      const int64_t k0 = draw(rng, 0, (lk - 1) / 64) * 64;
+      const int first_col = static_cast<int>(draw(rng, 0, 3)) * 2;
+      const PatternExpr& e = c.pattern.expr_for_head(h, heads);
+      uint32_t bits = 0;
+      if (!cuda_detail::expr_row_bits<kNAtoms>(e, h, p, k0, first_col, bits)) continue;
+      ++rows_with_span_form;
+      for (int k = 0; k < 2 * kNAtoms; ++k) {
+        const int64_t j = k0 + (k / 2) * 8 + (k % 2) + first_col;
+        ASSERT_EQ(((bits >> k) & 1) != 0, expr_allows(e, h, i, p, j))
+            << "h " << h << " i " << i << " p " << p << " j " << j;
+      }
+    }
+  }
+  EXPECT_GT(rows_with_span_form, 1000);
+}
+
+// A small problem on the device with its own buffers.
+struct SmallProblem {
+  BlockMask mask = BlockMask::build(Pattern::streaming(8, 100), MaskShape{300, 300, 64, 64, 2});
+  HostTensor q{DType::BF16, 1, 2, 300, 64}, k{DType::BF16, 1, 2, 300, 64}, v{DType::BF16, 1, 2, 300, 64};
+  HostTensor out{DType::BF16, 1, 2, 300, 64};
+  SmallProblem() {
+    std::mt19937_64 rng(5);
+    q.fill_random(rng);
+    k.fill_random(rng);
+    v.fill_random(rng);
+  }
+};
+
+void expect_error_mentions(const std::function<void()>& call, const std::string& needle) {
+  try {
+    call();
+    ADD_FAILURE() << "expected an error mentioning '" << needle << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(CudaBackend, RejectsUnsupportedInputsNamingTheValue) {
+  SPATTN_REQUIRE_GPU();
+  SmallProblem p;
+  DeviceTensor dq(p.q), dk(p.k), dv(p.v), dout(p.out);
+  // Head dim 80 is not built.
+  HostTensor q80(DType::BF16, 1, 2, 300, 80), k80(DType::BF16, 1, 2, 300, 80), v80(DType::BF16, 1, 2, 300, 80);
+  DeviceTensor dq80(q80), dk80(k80), dv80(v80), dout80(q80);
+  expect_error_mentions([&] { cuda_attention(dq80.view(), dk80.view(), dv80.view(), dout80.view(), p.mask, 0.1); },
+                        "80");
+  // Host pointers.
+  expect_error_mentions([&] { cuda_attention(p.q.view, p.k.view, p.v.view, p.out.view, p.mask, 0.1); },
+                        "device memory");
+  // fp32 inputs.
+  HostTensor q32(DType::F32, 1, 2, 300, 64);
+  DeviceTensor dq32(q32), dk32(q32), dv32(q32), dout32(q32);
+  expect_error_mentions([&] { cuda_attention(dq32.view(), dk32.view(), dv32.view(), dout32.view(), p.mask, 0.1); },
+                        "fp32");
+  expect_error_mentions([&] { cuda_attention(dq.view(), dk.view(), dv.view(), dout.view(), p.mask, -1.0); },
+                        "-1");
+}
+
+// Captures one attention call in a graph after cuda_prepare_mask, replays it
+// on poisoned output and compares with the reference.
+void expect_graph_replay_matches(const Pattern& pattern, int64_t L, int64_t heads) {
+  const BlockMask mask = BlockMask::build(pattern, MaskShape{L, L, 64, 64, heads});
+  HostTensor q(DType::BF16, 1, heads, L, 64), k(DType::BF16, 1, heads, L, 64), v(DType::BF16, 1, heads, L, 64);
+  std::mt19937_64 rng(6);
+  q.fill_random(rng);
+  k.fill_random(rng);
+  v.fill_random(rng);
+  HostTensor got(DType::BF16, 1, heads, L, 64), ref(DType::F64, 1, heads, L, 64);
+  DeviceTensor dq(q), dk(k), dv(v), dout(got);
+  cuda_prepare_mask(mask);
+  cudaStream_t stream = nullptr;
+  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+  cuda_attention(dq.view(), dk.view(), dv.view(), dout.view(), mask, 0.125, nullptr, stream);
+  cuda_ok(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+  cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  dout.poison();
+  cuda_ok(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+  cuda_ok(cudaStreamSynchronize(stream), "graph replay");
+  dout.copy_to(got);
+  reference_attention(q.view, k.view, v.view, ref.view, mask, 0.125, nullptr);
+  EXPECT_LT(relative_error(got.to_double(), ref.to_double()), out_tolerance(DType::BF16));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+TEST(CudaBackend, AttentionCallCapturedInAGraph) {
+  SPATTN_REQUIRE_GPU();
+  expect_graph_replay_matches(Pattern::streaming(8, 100), 300, 2);
+  // With split rows: the scratch allocation and the merge are captured too.
+  expect_graph_replay_matches(Pattern::longformer(64, {0}), 2200, 1);
+}
+
+TEST(CudaBackend, CaptureWithoutAPreparedMaskIsRefused) {
+  SPATTN_REQUIRE_GPU();
+  SmallProblem p;
+  DeviceTensor dq(p.q), dk(p.k), dv(p.v), dout(p.out);
+  cudaStream_t stream = nullptr;
+  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  expect_error_mentions(
+      [&] { cuda_attention(dq.view(), dk.view(), dv.view(), dout.view(), p.mask, 0.125, nullptr, stream); },
+      "cuda_prepare_mask");
+  cudaGraph_t graph = nullptr;
+  cudaStreamEndCapture(stream, &graph);
+  if (graph) cudaGraphDestroy(graph);
+  cudaGetLastError();
+  cudaStreamDestroy(stream);
+}
+
+TEST(CudaBackend, AttentionDispatchesDevicePointersToCuda) {
+  SPATTN_REQUIRE_GPU();
+  EXPECT_TRUE(backend_available(Backend::Cuda));
+  EXPECT_EQ(best_backend(), Backend::Cuda);
+  SmallProblem p;
+  DeviceTensor dq(p.q), dk(p.k), dv(p.v), dout(p.out);
+  dout.poison();
+  attention(dq.view(), dk.view(), dv.view(), dout.view(), p.mask);
+  cuda_ok(cudaDeviceSynchronize(), "attention()");
+  HostTensor got(DType::BF16, 1, 2, 300, 64), ref(DType::F64, 1, 2, 300, 64);
+  dout.copy_to(got);
+  reference_attention(p.q.view, p.k.view, p.v.view, ref.view, p.mask, 0.125, nullptr);
+  EXPECT_LT(relative_error(got.to_double(), ref.to_double()), out_tolerance(DType::BF16));
+}
+
+}  // namespace
+}  // namespace spattn::testing

@@ -1,0 +1,297 @@
+// tests/cpp/gpu_test_select.cpp - the CUDA block selector against the host
+// selector (skipped without a device).
+//
+// Same inputs on both sides (fp32 or bf16, random or structured, odd lengths,
+// Lq != Lk, GQA, per-query-head masks, topk and tau, forced blocks, budgets).
+// The device computes scores in fp32 and the host in fp64, so a row may differ
+// only where its choice hangs on a near tie: every block the two disagree on
+// must have an fp64 probability within kTieTolerance of the host row's cut
+// (the weakest kept non-forced block), or, with tau, the host's kept mass
+// without its weakest block must lie within kTieTolerance of tau; such rows
+// must stay under 1%. Also: a run captured in a CUDA graph gives the same
+// mask, tau = 1 and large topk give every allowed block, the selected mask
+// runs through the fused kernel, and bad inputs are rejected.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <iterator>
+#include <optional>
+#include <random>
+#include <set>
+
+#include "cuda/select/block_selector.hpp"
+#include "gpu_test_support.hpp"
+#include "spattn/select.hpp"
+
+namespace spattn::testing {
+namespace {
+
+using cuda_detail::BlockSelector;
+using cuda_detail::SelectShape;
+
+constexpr double kTieTolerance = 2e-5;
+
+SelectShape shape_of(const HostTensor& q, const HostTensor& k) {
+  return SelectShape{q.view.batch(),   q.view.heads(),   k.view.heads(),
+                     q.view.seq_len(), k.view.seq_len(), q.view.head_dim()};
+}
+
+// fp64 block probabilities of every (mask head, query block) row, from
+// mean pooling, for batch element b (to judge near ties).
+std::vector<std::vector<double>> host_probabilities(const HostTensor& q, const HostTensor& k, int64_t b,
+                                                    const SelectConfig& c, const BlockMask& mask) {
+  const TensorView& qv = q.view;
+  const TensorView& kv = k.view;
+  const int64_t Hq = qv.heads(), Hkv = kv.heads(), D = qv.head_dim(), G = Hq / Hkv;
+  const int64_t nqb = mask.num_q_blocks(), nkb = mask.num_k_blocks();
+  const double scale = c.scale ? *c.scale : 1.0 / std::sqrt(static_cast<double>(D));
+  auto pooled = [&](const TensorView& t, int64_t h, int64_t blk, int64_t block) {
+    std::vector<double> mean(static_cast<size_t>(D), 0.0);
+    const int64_t l0 = blk * block, l1 = std::min(l0 + block, t.seq_len());
+    for (int64_t l = l0; l < l1; ++l)
+      for (int64_t d = 0; d < D; ++d) mean[d] += t.load(b, h, l, d) / static_cast<double>(l1 - l0);
+    return mean;
+  };
+  std::vector<std::vector<std::vector<double>>> pk(static_cast<size_t>(Hkv));
+  for (int64_t h = 0; h < Hkv; ++h)
+    for (int64_t cb = 0; cb < nkb; ++cb) pk[h].push_back(pooled(kv, h, cb, c.block_k));
+  std::vector<std::vector<double>> rows;
+  for (int64_t m = 0; m < mask.num_heads(); ++m)
+    for (int64_t qb = 0; qb < nqb; ++qb) {
+      const int64_t p_last = std::min((qb + 1) * c.block_q, qv.seq_len()) - 1 + kv.seq_len() - qv.seq_len();
+      const int64_t n = !c.causal ? nkb : p_last < 0 ? 0 : std::min(p_last / c.block_k + 1, nkb);
+      std::vector<double> prob(static_cast<size_t>(nkb), 0.0);
+      const int64_t heads = c.per_query_head ? 1 : G;
+      for (int64_t t = 0; t < heads; ++t) {
+        const int64_t h = c.per_query_head ? m : m * G + t;
+        const std::vector<double> pq = pooled(qv, h, qb, c.block_q);
+        std::vector<double> s(static_cast<size_t>(n));
+        for (int64_t cb = 0; cb < n; ++cb) {
+          double dot = 0.0;
+          for (int64_t d = 0; d < D; ++d) dot += pq[d] * pk[h / G][cb][d];
+          s[cb] = dot * scale;
+        }
+        if (n == 0) continue;
+        const double mx = *std::max_element(s.begin(), s.end());
+        double sum = 0.0;
+        for (double x : s) sum += std::exp(x - mx);
+        for (int64_t cb = 0; cb < n; ++cb)
+          prob[cb] += std::exp(s[cb] - mx) / sum / static_cast<double>(heads);
+      }
+      rows.push_back(prob);
+    }
+  return rows;
+}
+
+std::vector<int32_t> row_blocks(const BlockMask& m, int64_t r) {
+  return std::vector<int32_t>(m.kv_indices().begin() + m.row_offsets()[r],
+                              m.kv_indices().begin() + m.row_offsets()[r + 1]);
+}
+
+struct Agreement {
+  int64_t rows = 0, differing = 0;
+};
+
+// Compares device and host masks row by row, accepting near-tie differences.
+Agreement compare_masks(const BlockMask& gpu, const BlockMask& cpu, const HostTensor& q, const HostTensor& k,
+                        int64_t b, const SelectConfig& c) {
+  Agreement result;
+  EXPECT_EQ(gpu.num_heads(), cpu.num_heads());
+  EXPECT_EQ(gpu.num_q_blocks(), cpu.num_q_blocks());
+  const int64_t rows = cpu.num_heads() * cpu.num_q_blocks();
+  std::vector<std::vector<double>> probs;
+  for (int64_t r = 0; r < rows; ++r) {
+    ++result.rows;
+    const std::vector<int32_t> g = row_blocks(gpu, r), h = row_blocks(cpu, r);
+    if (g == h) {
+      const auto begin = gpu.row_offsets()[r], end = gpu.row_offsets()[r + 1];
+      EXPECT_TRUE(std::equal(gpu.kv_full().begin() + begin, gpu.kv_full().begin() + end,
+                             cpu.kv_full().begin() + cpu.row_offsets()[r]))
+          << "row " << r;
+      continue;
+    }
+    ++result.differing;
+    if (probs.empty()) probs = host_probabilities(q, k, b, c, cpu);
+    const std::vector<double>& p = probs[r];
+    // The host row's cut: its weakest kept non-forced block, else its
+    // strongest dropped block.
+    const int64_t qb = r % cpu.num_q_blocks();
+    const int64_t p_last =
+        std::min((qb + 1) * c.block_q, q.view.seq_len()) - 1 + k.view.seq_len() - q.view.seq_len();
+    auto forced = [&](int64_t cb) {
+      return cb < c.sink_blocks ||
+             (p_last >= 0 && cb <= p_last / c.block_k && cb > p_last / c.block_k - c.local_blocks);
+    };
+    double weakest = 2.0, strongest_dropped = -1.0, kept_mass = 0.0;
+    for (int64_t cb = 0; cb < static_cast<int64_t>(p.size()); ++cb) {
+      const bool kept = std::binary_search(h.begin(), h.end(), static_cast<int32_t>(cb));
+      if (kept) kept_mass += p[cb];
+      if (kept && !forced(cb)) weakest = std::min(weakest, p[cb]);
+      if (!kept) strongest_dropped = std::max(strongest_dropped, p[cb]);
+    }
+    const double cut = weakest <= 1.0 ? weakest : strongest_dropped;
+    const double before_last = kept_mass - (weakest <= 1.0 ? weakest : 0.0);
+    const bool tau_edge = c.tau && (std::abs(kept_mass - *c.tau) < kTieTolerance ||
+                                    std::abs(before_last - *c.tau) < kTieTolerance);
+    std::set<int32_t> diff;
+    std::set_symmetric_difference(g.begin(), g.end(), h.begin(), h.end(), std::inserter(diff, diff.end()));
+    for (int32_t cb : diff)
+      EXPECT_TRUE(tau_edge || std::abs(p[cb] - cut) < kTieTolerance)
+          << "row " << r << ": block " << cb << " has probability " << p[cb] << ", the host cut is " << cut;
+    EXPECT_LE(std::abs(static_cast<int64_t>(g.size()) - static_cast<int64_t>(h.size())), c.tau ? 1 : 0)
+        << "row " << r;
+  }
+  return result;
+}
+
+struct SelectCase {
+  int64_t batch, Hq, Hkv, Lq, Lk, D;
+  DType dtype;
+  bool structured;
+  SelectConfig config;
+};
+
+SelectConfig make_config(int64_t bq, int64_t bk, std::optional<int64_t> topk, std::optional<double> tau,
+                         bool causal, int64_t sink, int64_t local, int64_t min_blocks, int64_t max_blocks,
+                         bool per_query_head) {
+  SelectConfig c;
+  c.block_q = bq;
+  c.block_k = bk;
+  c.topk = topk;
+  c.tau = tau;
+  c.causal = causal;
+  c.sink_blocks = sink;
+  c.local_blocks = local;
+  c.min_blocks = min_blocks;
+  c.max_blocks = max_blocks;
+  c.per_query_head = per_query_head;
+  return c;
+}
+
+TEST(GpuSelect, MatchesTheHostSelector) {
+  SPATTN_REQUIRE_GPU();
+  const SelectCase cases[] = {
+      {1, 16, 16, 4096, 4096, 128, DType::BF16, true,
+       make_config(128, 128, {}, 0.9, true, 1, 1, 0, 0, false)},
+      {1, 16, 4, 4096, 4096, 128, DType::BF16, true, make_config(128, 128, 4, {}, true, 1, 1, 0, 0, false)},
+      {2, 8, 2, 1000, 1500, 64, DType::F32, false, make_config(64, 64, {}, 0.7, true, 2, 1, 3, 12, false)},
+      {1, 6, 3, 777, 777, 96, DType::BF16, false, make_config(48, 80, 3, {}, false, 0, 2, 0, 0, true)},
+      {1, 4, 4, 3000, 1200, 128, DType::F32, true, make_config(128, 64, {}, 0.95, true, 1, 2, 0, 0, false)},
+      {1, 4, 1, 2048, 8192, 64, DType::BF16, true, make_config(64, 128, {}, 1.0, true, 0, 0, 0, 0, false)},
+      {1, 2, 2, 512, 512, 32, DType::F32, false, make_config(16, 16, 100, {}, true, 1, 1, 0, 0, false)},
+  };
+  std::mt19937_64 rng(301);
+  Agreement total;
+  for (const SelectCase& t : cases) {
+    SCOPED_TRACE(::testing::Message() << "B=" << t.batch << " Hq=" << t.Hq << " Hkv=" << t.Hkv << " Lq="
+                                      << t.Lq << " Lk=" << t.Lk << " D=" << t.D << " " << dtype_name(t.dtype)
+                                      << " block " << t.config.block_q << "x" << t.config.block_k);
+    HostTensor q(t.dtype, t.batch, t.Hq, t.Lq, t.D), k(t.dtype, t.batch, t.Hkv, t.Lk, t.D);
+    if (t.structured) {
+      StructuredQKConfig s;
+      s.seed = static_cast<uint64_t>(t.Lq + t.Lk);
+      make_structured_qk(q.view, k.view, s);
+    } else {
+      q.fill_random(rng);
+      k.fill_random(rng);
+    }
+    DeviceTensor dq(q), dk(k);
+    BlockSelector selector(t.config, shape_of(q, k));
+    selector.run(dq.view(), dk.view(), nullptr);
+    cuda_ok(cudaDeviceSynchronize(), "selection kernels");
+    const std::vector<BlockMask> want = select_blocks_batched(q.view, k.view, t.config);
+    for (int64_t b = 0; b < t.batch; ++b) {
+      const BlockMask got = selector.download(b);
+      const Agreement a = compare_masks(got, want[b], q, k, b, t.config);
+      total.rows += a.rows;
+      total.differing += a.differing;
+      if (t.config.topk && *t.config.topk >= got.num_k_blocks()) {
+        EXPECT_EQ(got.kv_indices(), want[b].kv_indices());
+      }
+    }
+  }
+  EXPECT_LT(total.differing * 100, total.rows) << total.differing << " of " << total.rows << " rows differ";
+}
+
+TEST(GpuSelect, GraphCaptureGivesTheSameMask) {
+  SPATTN_REQUIRE_GPU();
+  HostTensor q(DType::BF16, 1, 8, 2048, 128), k(DType::BF16, 1, 2, 2048, 128);
+  StructuredQKConfig s;
+  s.seed = 3;
+  make_structured_qk(q.view, k.view, s);
+  DeviceTensor dq(q), dk(k);
+  const SelectConfig c = make_config(128, 128, {}, 0.9, true, 1, 1, 0, 8, false);
+  BlockSelector selector(c, shape_of(q, k));
+  selector.run(dq.view(), dk.view(), nullptr);
+  cuda_ok(cudaDeviceSynchronize(), "selection kernels");
+  const BlockMask eager = selector.download(0);
+
+  cudaStream_t stream = nullptr;
+  cuda_ok(cudaStreamCreate(&stream), "cudaStreamCreate");
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+  selector.run(dq.view(), dk.view(), stream);
+  cuda_ok(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+  cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  cuda_ok(cudaMemset(const_cast<int64_t*>(selector.view(0).row_offsets), 0xff, sizeof(int64_t)),
+          "cudaMemset");  // the replay must rewrite the offsets
+  cuda_ok(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+  cuda_ok(cudaStreamSynchronize(stream), "graph replay");
+  const BlockMask replayed = selector.download(0);
+  EXPECT_EQ(replayed.row_offsets(), eager.row_offsets());
+  EXPECT_EQ(replayed.kv_indices(), eager.kv_indices());
+  EXPECT_EQ(replayed.kv_full(), eager.kv_full());
+  for (int64_t r = 0; r < eager.num_heads() * eager.num_q_blocks(); ++r)
+    EXPECT_LE(eager.row_offsets()[r + 1] - eager.row_offsets()[r], 8);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+TEST(GpuSelect, SelectedMaskRunsThroughTheFusedKernel) {
+  SPATTN_REQUIRE_GPU();
+  HostTensor q(DType::BF16, 1, 4, 1536, 128), k(DType::BF16, 1, 2, 1536, 128),
+      v(DType::BF16, 1, 2, 1536, 128);
+  StructuredQKConfig s;
+  s.seed = 4;
+  make_structured_qk(q.view, k.view, s);
+  std::mt19937_64 rng(302);
+  v.fill_random(rng);
+  DeviceTensor dq(q), dk(k), dv(v);
+  BlockSelector selector(make_config(128, 128, 4, {}, true, 1, 1, 0, 0, false), shape_of(q, k));
+  selector.run(dq.view(), dk.view(), nullptr);
+  const BlockMask mask = selector.download(0);
+  EXPECT_LT(mask.density(4), 0.5);
+
+  HostTensor out(DType::F32, 1, 4, 1536, 128), ref(DType::F64, 1, 4, 1536, 128);
+  DeviceTensor dout(out);
+  dout.poison();
+  const double scale = 1.0 / std::sqrt(128.0);
+  cuda_attention(dq.view(), dk.view(), dv.view(), dout.view(), mask, scale);
+  cuda_ok(cudaDeviceSynchronize(), "attention kernel");
+  dout.copy_to(out);
+  reference_attention(q.view, k.view, v.view, ref.view, mask, scale, nullptr);
+  EXPECT_LT(relative_error(out.to_double(), ref.to_double()), out_tolerance(DType::BF16));
+}
+
+TEST(GpuSelect, RejectsWhatItCannotRun) {
+  SPATTN_REQUIRE_GPU();
+  HostTensor q(DType::BF16, 1, 2, 256, 64), k(DType::BF16, 1, 2, 256, 64);
+  std::mt19937_64 rng(303);
+  q.fill_random(rng);
+  k.fill_random(rng);
+  SelectConfig sampled = make_config(64, 64, 2, {}, true, 1, 1, 0, 0, false);
+  sampled.stride = 8;
+  EXPECT_THROW(BlockSelector(sampled, shape_of(q, k)), Error);
+  BlockSelector selector(make_config(64, 64, 2, {}, true, 1, 1, 0, 0, false), shape_of(q, k));
+  EXPECT_THROW(selector.run(q.view, k.view, nullptr), Error);  // host pointers
+  HostTensor other(DType::BF16, 1, 2, 128, 64);
+  DeviceTensor dq(q), dother(other);
+  EXPECT_THROW(selector.run(dq.view(), dother.view(), nullptr), Error);  // shape differs
+  EXPECT_THROW(selector.view(1), Error);
+}
+
+}  // namespace
+}  // namespace spattn::testing

@@ -1,0 +1,132 @@
+// tests/cpp/gpu_test_support.hpp - device copies of host tensors and one
+// checked CUDA attention run against the fp64 reference (header-only, for the
+// gpu_test_*.cpp suites).
+//
+// run_on_gpu() draws fresh N(0, 1) inputs for a problem, mirrors them to the
+// device, poisons the device output and LSE with NaN bytes, runs the fused (or
+// naive) CUDA kernel, copies the results back and returns their errors against
+// reference_attention on the host copies.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "spattn/cuda.hpp"
+#include "spattn/spattn.hpp"
+#include "test_support.hpp"
+
+namespace spattn::testing {
+
+#define SPATTN_REQUIRE_GPU()                                                        \
+  do {                                                                              \
+    if (::spattn::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";       \
+  } while (0)
+
+inline void cuda_ok(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) throw Error(std::string(what) + ": " + cudaGetErrorString(status));
+}
+
+// A device buffer holding the same bytes (and strides) as a host tensor.
+class DeviceTensor {
+ public:
+  explicit DeviceTensor(const HostTensor& host) : bytes_(host.bytes.size()) {
+    cuda_ok(cudaMalloc(&ptr_, bytes_), "cudaMalloc");
+    cuda_ok(cudaMemcpy(ptr_, host.bytes.data(), bytes_, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+    view_ = host.view;
+    view_.data = ptr_;
+  }
+  ~DeviceTensor() { cudaFree(ptr_); }
+  DeviceTensor(const DeviceTensor&) = delete;
+  DeviceTensor& operator=(const DeviceTensor&) = delete;
+
+  const TensorView& view() const { return view_; }
+  // All bytes 0xff: NaN in fp16, bf16 and fp32.
+  void poison() { cuda_ok(cudaMemset(ptr_, 0xff, bytes_), "cudaMemset"); }
+  void copy_to(HostTensor& host) const {
+    cuda_ok(cudaMemcpy(host.bytes.data(), ptr_, bytes_, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_;
+  TensorView view_;
+};
+
+struct GpuProblem {
+  Pattern pattern = Pattern::dense();
+  DType dtype = DType::BF16;
+  DType out_dtype = DType::BF16;
+  int64_t batch = 1, q_heads = 2, kv_heads = 2, q_len = 256, k_len = 256, head_dim = 64;
+  int64_t block_q = 128, block_k = 128;
+  Layout layout = Layout::BHLD;
+  bool naive = false;
+
+  std::string describe() const {
+    return std::string(dtype_name(dtype)) + " B" + std::to_string(batch) + " Hq" + std::to_string(q_heads) +
+           " Hkv" + std::to_string(kv_heads) + " Lq" + std::to_string(q_len) + " Lk" + std::to_string(k_len) +
+           " D" + std::to_string(head_dim) + " blocks " + std::to_string(block_q) + "x" +
+           std::to_string(block_k) + (layout == Layout::BLHD ? " blhd" : " bhld") +
+           (out_dtype == DType::F32 ? " out fp32" : "") + (naive ? " naive" : "") + " " +
+           pattern.describe();
+  }
+};
+
+struct GpuErrors {
+  double out = 0.0;  // ||out - ref|| / ||ref||
+  double lse = 0.0;  // max |lse - ref| (inf if -inf disagrees)
+};
+
+// Relative-error bound of the output for an input dtype.
+inline double out_tolerance(DType dtype) { return dtype == DType::BF16 ? 1e-2 : 3e-3; }
+constexpr double kLseTolerance = 1e-2;
+
+inline GpuErrors run_on_gpu(const GpuProblem& pr, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const BlockMask mask = BlockMask::build(
+      pr.pattern, MaskShape{pr.q_len, pr.k_len, pr.block_q, pr.block_k, pr.q_heads});
+  HostTensor q(pr.dtype, pr.batch, pr.q_heads, pr.q_len, pr.head_dim, pr.layout);
+  HostTensor k(pr.dtype, pr.batch, pr.kv_heads, pr.k_len, pr.head_dim, pr.layout);
+  HostTensor v(pr.dtype, pr.batch, pr.kv_heads, pr.k_len, pr.head_dim, pr.layout);
+  q.fill_random(rng);
+  k.fill_random(rng);
+  v.fill_random(rng);
+  HostTensor out(pr.out_dtype, pr.batch, pr.q_heads, pr.q_len, pr.head_dim, pr.layout);
+  HostTensor lse(DType::F32, pr.batch, pr.q_heads, pr.q_len, 1);
+  out.poison();
+  lse.poison();
+
+  DeviceTensor dq(q), dk(k), dv(v), dout(out), dlse(lse);
+  dout.poison();
+  dlse.poison();
+  const double scale = 1.0 / std::sqrt(static_cast<double>(pr.head_dim));
+  if (pr.naive)
+    cuda_naive_attention(dq.view(), dk.view(), dv.view(), dout.view(), mask, scale, &dlse.view());
+  else
+    cuda_attention(dq.view(), dk.view(), dv.view(), dout.view(), mask, scale, &dlse.view());
+  cuda_ok(cudaDeviceSynchronize(), "attention kernel");
+  dout.copy_to(out);
+  dlse.copy_to(lse);
+
+  HostTensor ref(DType::F64, pr.batch, pr.q_heads, pr.q_len, pr.head_dim, pr.layout);
+  HostTensor ref_lse(DType::F64, pr.batch, pr.q_heads, pr.q_len, 1);
+  reference_attention(q.view, k.view, v.view, ref.view, mask, scale, &ref_lse.view);
+  return GpuErrors{relative_error(out.to_double(), ref.to_double()),
+                   max_lse_error(lse.to_double(), ref_lse.to_double())};
+}
+
+// Runs the problem and checks both bounds; the trace names the problem.
+inline void expect_matches_reference(const GpuProblem& pr, uint64_t seed) {
+  SCOPED_TRACE(pr.describe());
+  const GpuErrors e = run_on_gpu(pr, seed);
+  EXPECT_LT(e.out, out_tolerance(pr.dtype));
+  EXPECT_LT(e.lse, kLseTolerance);
+}
+
+}  // namespace spattn::testing

@@ -1,0 +1,87 @@
+// tools/spattn/attention_job.cpp - one attention problem on fresh random inputs
+// (see attention_job.hpp).
+#include "attention_job.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <vector>
+
+#include "spattn/error.hpp"
+
+namespace spattn::cli {
+
+Backend resolve_backend(Backend requested) {
+  const Backend b = requested == Backend::Auto ? best_backend() : requested;
+  require(backend_available(b), "backend ", backend_name(b), " is not available in this build or on",
+          " this machine");
+  return b;
+}
+
+AttentionJob::AttentionJob(const ProblemShape& s, Backend backend, uint64_t seed)
+    : shape_(s),
+      backend_(backend),
+      q_("q", s.dtype, s.batch, s.heads, s.q_len, s.head_dim, s.layout),
+      k_("k", s.dtype, s.batch, s.kv_heads, s.k_len, s.head_dim, s.layout),
+      v_("v", s.dtype, s.batch, s.kv_heads, s.k_len, s.head_dim, s.layout),
+      out_("out", s.dtype, s.batch, s.heads, s.q_len, s.head_dim, s.layout) {
+  require(backend != Backend::Auto, "AttentionJob needs a resolved backend");
+  std::mt19937_64 rng(seed);
+  q_.fill_normal(rng);
+  k_.fill_normal(rng);
+  v_.fill_normal(rng);
+  out_.poison();
+  if (backend_ == Backend::Cuda)
+    device_ = std::make_unique<DeviceBuffers>(std::vector<const HostTensor*>{&q_, &k_, &v_, &out_});
+}
+
+AttentionJob::~AttentionJob() = default;
+
+void AttentionJob::run(const BlockMask& mask) {
+  AttentionOptions options;
+  options.backend = backend_;
+  if (device_) {
+    attention(device_->view(0), device_->view(1), device_->view(2), device_->view(3), mask, options);
+    device_->synchronize();
+  } else {
+    attention(q_.view(), k_.view(), v_.view(), out_.view(), mask, options);
+  }
+}
+
+void AttentionJob::run_naive(const BlockMask& mask) {
+  validate_attention(q_.view(), k_.view(), v_.view(), out_.view(), mask, nullptr);
+  naive_dense_attention(q_.view(), k_.view(), v_.view(), out_.view(), mask,
+                        resolve_scale({}, shape_.head_dim), nullptr);
+}
+
+double AttentionJob::error_against_reference(const BlockMask& mask) {
+  if (device_) device_->copy_to_host(3, out_);
+  HostTensor ref("reference out", DType::F64, shape_.batch, shape_.heads, shape_.q_len,
+                 shape_.head_dim, Layout::BHLD);
+  ref.poison();
+  reference_attention(q_.view(), k_.view(), v_.view(), ref.view(), mask,
+                      resolve_scale({}, shape_.head_dim), nullptr);
+  return relative_error(out_.view(), ref.view());
+}
+
+Timing time_median(const std::function<void()>& fn, int64_t repeats, double budget_s) {
+  using Clock = std::chrono::steady_clock;
+  const auto seconds_of = [&fn] {
+    const auto start = Clock::now();
+    fn();
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
+  const double warm_up = seconds_of();
+  if (warm_up >= budget_s) return Timing{warm_up, 1};  // too slow to repeat; warm-up effects are noise
+  int64_t n = std::max<int64_t>(repeats, 1);
+  if (warm_up > 0.0 && warm_up * static_cast<double>(n) > budget_s)
+    n = std::max<int64_t>(1, static_cast<int64_t>(budget_s / warm_up));
+  std::vector<double> samples;
+  for (int64_t r = 0; r < n; ++r) samples.push_back(seconds_of());
+  std::sort(samples.begin(), samples.end());
+  const size_t mid = samples.size() / 2;
+  const double median = samples.size() % 2 ? samples[mid] : 0.5 * (samples[mid - 1] + samples[mid]);
+  return Timing{median, n};
+}
+
+}  // namespace spattn::cli

@@ -1,0 +1,67 @@
+// tools/spattn/attention_job.hpp - one attention problem on fresh random inputs.
+//
+// Owns q, k, v (N(0, 1)) and out for a shape, dtype and layout, mirrors them to
+// the GPU when the backend is CUDA (device_buffers.hpp), and runs the fused
+// backend, the naive dense baseline, or a check against the fp64 reference.
+// `spattn run` and `spattn bench` are thin loops around it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "device_buffers.hpp"
+#include "host_tensor.hpp"
+#include "spattn/attention.hpp"
+
+namespace spattn::cli {
+
+struct ProblemShape {
+  int64_t batch = 1;
+  int64_t heads = 1;     // query heads
+  int64_t kv_heads = 1;  // key/value heads, divides heads
+  int64_t q_len = 0;
+  int64_t k_len = 0;
+  int64_t head_dim = 64;
+  DType dtype = DType::F32;
+  Layout layout = Layout::BHLD;
+};
+
+// Auto becomes best_backend(); throws unless the result is available here.
+Backend resolve_backend(Backend requested);
+
+class AttentionJob {
+ public:
+  // `backend` must be resolved (not Auto). Inputs come from a generator seeded by `seed`.
+  AttentionJob(const ProblemShape& shape, Backend backend, uint64_t seed);
+  ~AttentionJob();
+
+  const ProblemShape& shape() const { return shape_; }
+  Backend backend() const { return backend_; }
+
+  // attention() on the job's backend; returns once the output is written.
+  void run(const BlockMask& mask);
+  // naive_dense_attention on the host copies (the seed programs' baseline).
+  void run_naive(const BlockMask& mask);
+  // ||out - ref|| / ||ref|| of the latest run() against reference_attention in fp64.
+  double error_against_reference(const BlockMask& mask);
+
+ private:
+  ProblemShape shape_;
+  Backend backend_;
+  HostTensor q_, k_, v_, out_;
+  std::unique_ptr<DeviceBuffers> device_;  // set for Backend::Cuda only
+};
+
+struct Timing {
+  double median_s = 0.0;
+  int64_t samples = 0;
+};
+
+// Runs `fn` once to warm up, then `repeats` times and returns the median time.
+// When the warm-up shows that the repeats would take longer than `budget_s`,
+// fewer are run (never fewer than one); a warm-up longer than the whole budget
+// is itself the one sample.
+Timing time_median(const std::function<void()>& fn, int64_t repeats, double budget_s);
+
+}  // namespace spattn::cli

@@ -1,0 +1,107 @@
+// tools/spattn/cmd_mask.cpp - `spattn mask`: build a BlockMask, report it and
+// draw it.
+//
+// Prints the blocks kept (full and partial), the density and the build time,
+// writes the block picture to --out and, when Lq * Lk <= kTokenPictureMaxPairs,
+// the token picture next to it (FILE stem + "_tokens.png"). See mask_image.hpp
+// for the colours.
+#include <chrono>
+#include <iostream>
+
+#include "commands.hpp"
+#include "dynamic_pattern.hpp"
+#include "mask_image.hpp"
+#include "pattern_flags.hpp"
+#include "spattn/error.hpp"
+#include "text_table.hpp"
+
+namespace spattn::cli {
+
+namespace {
+
+constexpr int64_t kTokenPictureMaxPairs = int64_t{2048} * 2048;
+
+std::string token_picture_path(const std::string& out) {
+  const std::string ext = ".png";
+  const bool has_ext = out.size() > ext.size() && out.compare(out.size() - ext.size(), ext.size(), ext) == 0;
+  return (has_ext ? out.substr(0, out.size() - ext.size()) : out) + "_tokens.png";
+}
+
+int mask_main(const Args& args) {
+  const int64_t q_len = args.find_int("seq", 1).value_or(0);
+  require(q_len > 0, "spattn mask needs --seq L");
+  const int64_t k_len = args.get_int("seq-k", q_len, 1);
+  const int64_t heads = args.get_int("heads", 1, 1);
+  const int64_t head = args.get_int("head", 0, 0);
+  require(head < heads, "--head must be < --heads (", heads, "), got ", head);
+  const int64_t max_side = args.get_int("size", 1024, 16, 8192);
+  const std::optional<std::string> out = args.find_string("out");
+  require(out.has_value(), "spattn mask needs --out FILE.png");
+  if (is_dynamic_pattern(args)) return mask_dynamic(args, q_len, k_len, heads, head, max_side, *out);
+  const PatternSetup setup = pattern_from_flags(args, q_len, k_len, heads);
+  args.require_all_used("to --pattern " + setup.label);
+
+  const auto start = std::chrono::steady_clock::now();
+  const BlockMask mask = BlockMask::build(setup.pattern, setup.shape);
+  const double build_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  const BlockMaskView v = mask.view();
+  const int64_t mh = v.mask_head(head, heads);
+  int64_t head_blocks = 0, head_full = 0;
+  for (int64_t qb = 0; qb < v.num_q_blocks; ++qb)
+    for (int64_t at = v.row_begin(v.row(mh, qb)); at < v.row_end(v.row(mh, qb)); ++at) {
+      ++head_blocks;
+      head_full += v.kv_full[at];
+    }
+
+  std::ostream& os = std::cout;
+  os << "pattern     " << setup.label << ": " << setup.pattern.describe() << "\n";
+  os << "shape       Lq=" << q_len << " Lk=" << k_len << " heads=" << heads << ", blocks "
+     << mask.block_q() << "x" << mask.block_k() << " (" << v.num_q_blocks << " x " << v.num_k_blocks
+     << " grid, " << mask.num_heads() << " mask head" << (mask.num_heads() > 1 ? "s" : "") << ")\n";
+  os << "blocks      head " << head << ": " << format_count(head_blocks) << " kept of "
+     << format_count(v.num_q_blocks * v.num_k_blocks) << " (" << format_count(head_full)
+     << " full, " << format_count(head_blocks - head_full) << " partial)";
+  if (mask.num_heads() > 1) os << "; all heads: " << format_count(mask.num_blocks());
+  os << "\n";
+  os << "density     " << format_general(mask.density(heads), 4) << " ("
+     << format_count(mask.kept_pairs(heads)) << " pairs kept over " << heads << " head"
+     << (heads > 1 ? "s" : "") << ")\n";
+  os << "build time  " << format_seconds(build_s) << "\n";
+
+  const RgbImage blocks = render_block_mask(mask, head, heads, max_side);
+  write_png(*out, blocks);
+  os << "wrote       " << *out << " (" << blocks.width() << " x " << blocks.height() << ")\n";
+  if (q_len <= kTokenPictureMaxPairs / k_len) {
+    const std::string path = token_picture_path(*out);
+    const RgbImage tokens = render_token_mask(mask, head, heads, max_side);
+    write_png(path, tokens);
+    os << "wrote       " << path << " (" << tokens.width() << " x " << tokens.height() << ")\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command mask_command() {
+  using K = FlagKind;
+  std::vector<FlagSpec> flags = {
+      {"seq", K::Value, "L", "query length (required)"},
+      {"seq-k", K::Value, "L", "key length (default --seq)"},
+      {"heads", K::Value, "H", "query heads (default 1)"},
+      {"head", K::Value, "h", "the head to draw (default 0)"},
+      {"out", K::Value, "FILE.png", "block picture; the token picture goes to FILE_tokens.png"},
+      {"size", K::Value, "PX", "longest side of the pictures, about (default 1024)"},
+  };
+  for (FlagSpec& f : pattern_flag_specs()) flags.push_back(std::move(f));
+  for (FlagSpec& f : dynamic_flag_specs(false)) flags.push_back(std::move(f));
+  return Command{"mask", "build a block mask, print its statistics and draw it as PNG",
+                 "usage: spattn mask --pattern NAME [pattern flags] --seq L --out FILE.png\n"
+                 "  block picture: full blocks dark blue, partial orange, skipped white;\n"
+                 "  token picture (Lq*Lk <= 2048^2): allowed pairs dark blue, masked pairs\n"
+                 "  inside visited blocks light blue\n" +
+                     pattern_usage(),
+                 std::move(flags), mask_main};
+}
+
+}  // namespace spattn::cli

@@ -1,0 +1,161 @@
+// tools/spattn/cmd_run.cpp - `spattn run`: one attention on fresh random inputs.
+//
+// Builds the pattern's BlockMask, fills q, k, v with N(0, 1), times the chosen
+// backend (median over --repeats after one warm-up) and reports density and
+// effective throughput, 4 * kept_pairs * D per second, where kept_pairs counts
+// every (batch, head, query, key) the mask allows. --check compares the
+// output with the fp64 reference and fails (exit 1) above the dtype's tolerance.
+#include <chrono>
+#include <iostream>
+#include <limits>
+
+#include "attention_job.hpp"
+#include "commands.hpp"
+#include "dynamic_pattern.hpp"
+#include "json_writer.hpp"
+#include "pattern_flags.hpp"
+#include "spattn/error.hpp"
+#include "text_table.hpp"
+
+namespace spattn::cli {
+
+namespace {
+
+double tolerance_for(DType dtype) { return dtype == DType::F32 ? 1e-5 : 1e-2; }
+
+struct RunResult {
+  double build_s = 0.0;
+  Timing timing;
+  int64_t kept_pairs = 0;
+  double density = 0.0;
+  double gflops = 0.0;
+  bool checked = false;
+  double error = 0.0;
+  double tolerance = 0.0;
+  bool passed = true;
+};
+
+void print_table(const ProblemShape& s, Backend backend, const PatternSetup& setup,
+                 const BlockMask& mask, const RunResult& r) {
+  std::ostream& os = std::cout;
+  os << "backend     " << backend_name(backend) << "\n";
+  os << "shape       B=" << s.batch << " Hq=" << s.heads << " Hkv=" << s.kv_heads << " Lq=" << s.q_len
+     << " Lk=" << s.k_len << " D=" << s.head_dim << " " << dtype_name(s.dtype) << " "
+     << layout_name(s.layout) << "\n";
+  os << "pattern     " << setup.label << ": " << setup.pattern.describe() << "\n";
+  os << "mask        blocks " << mask.block_q() << "x" << mask.block_k() << ", "
+     << format_count(mask.num_blocks()) << " kept (" << format_count(mask.num_full_blocks())
+     << " full), built in " << format_seconds(r.build_s) << "\n";
+  os << "density     " << format_general(r.density, 4) << " (" << format_count(r.kept_pairs)
+     << " pairs kept)\n";
+  os << "time        " << format_seconds(r.timing.median_s) << " (median of " << r.timing.samples
+     << " after 1 warm-up)\n";
+  os << "throughput  " << format_flops(r.gflops * 1e9) << " effective\n";
+  if (r.checked)
+    os << "check       relative error " << format_general(r.error) << " vs reference (tolerance "
+       << format_general(r.tolerance) << "): " << (r.passed ? "ok" : "FAILED") << "\n";
+}
+
+void print_json(const ProblemShape& s, Backend backend, const PatternSetup& setup,
+                const BlockMask& mask, const RunResult& r) {
+  JsonWriter j(std::cout);
+  j.begin_object();
+  j.field("backend", backend_name(backend));
+  j.field("pattern", setup.label).field("describe", setup.pattern.describe());
+  j.field("batch", s.batch).field("heads", s.heads).field("kv_heads", s.kv_heads);
+  j.field("seq_q", s.q_len).field("seq_k", s.k_len).field("head_dim", s.head_dim);
+  j.field("dtype", dtype_name(s.dtype)).field("layout", layout_name(s.layout));
+  j.field("block_q", mask.block_q()).field("block_k", mask.block_k());
+  j.field("blocks_kept", mask.num_blocks()).field("full_blocks", mask.num_full_blocks());
+  j.field("mask_build_ms", r.build_s * 1e3);
+  j.field("kept_pairs", r.kept_pairs).field("density", r.density);
+  j.field("time_ms", r.timing.median_s * 1e3).field("samples", r.timing.samples);
+  j.field("gflops", r.gflops);
+  j.key("check");
+  if (r.checked) {
+    j.begin_object();
+    j.field("relative_error", r.error).field("tolerance", r.tolerance).field("passed", r.passed);
+    j.end_object();
+  } else {
+    j.null();
+  }
+  j.end_object();
+}
+
+int run_main(const Args& args) {
+  ProblemShape s;
+  s.q_len = args.find_int("seq", 1).value_or(0);
+  require(s.q_len > 0, "spattn run needs --seq L");
+  s.k_len = args.get_int("seq-k", s.q_len, 1);
+  s.batch = args.get_int("batch", 1, 1);
+  s.heads = args.get_int("heads", 1, 1);
+  s.kv_heads = args.get_int("kv-heads", s.heads, 1);
+  require(s.heads % s.kv_heads == 0, "--heads (", s.heads, ") must be a multiple of --kv-heads (",
+          s.kv_heads, ")");
+  s.head_dim = args.get_int("head-dim", 64, 1);
+  s.dtype = parse_dtype(args.get_choice("dtype", "fp32", {"fp32", "fp16", "bf16"}), "--dtype");
+  s.layout = parse_layout(args.get_choice("layout", "bhld", {"bhld", "blhd"}));
+  const Backend requested =
+      parse_backend(args.get_choice("backend", "auto", {"auto", "reference", "cpu", "cuda"}));
+  const int64_t repeats = args.get_int("repeats", 5, 1, 1000000);
+  const uint64_t seed = static_cast<uint64_t>(args.get_int("seed", 0, 0));
+  const bool check = args.flag("check");
+  const bool json = args.flag("json");
+  if (is_dynamic_pattern(args)) return run_dynamic(args, s, requested, repeats, seed, check, json);
+  const PatternSetup setup = pattern_from_flags(args, s.q_len, s.k_len, s.heads);
+  args.require_all_used("to --pattern " + setup.label);
+  const Backend backend = resolve_backend(requested);
+
+  AttentionJob job(s, backend, seed);
+  RunResult r;
+  const auto start = std::chrono::steady_clock::now();
+  const BlockMask mask = BlockMask::build(setup.pattern, setup.shape);
+  r.build_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  r.timing = time_median([&] { job.run(mask); }, repeats, std::numeric_limits<double>::infinity());
+  r.kept_pairs = mask.kept_pairs(s.heads) * s.batch;
+  r.density = mask.density(s.heads);
+  r.gflops = 4.0 * static_cast<double>(r.kept_pairs) * static_cast<double>(s.head_dim) /
+             r.timing.median_s / 1e9;
+  if (check) {
+    r.checked = true;
+    r.error = job.error_against_reference(mask);
+    r.tolerance = tolerance_for(s.dtype);
+    r.passed = r.error <= r.tolerance;  // false for NaN too
+  }
+  if (json) {
+    print_json(s, backend, setup, mask, r);
+  } else {
+    print_table(s, backend, setup, mask, r);
+  }
+  return r.passed ? 0 : 1;
+}
+
+}  // namespace
+
+Command run_command() {
+  using K = FlagKind;
+  std::vector<FlagSpec> flags = {
+      {"seq", K::Value, "L", "query length (required)"},
+      {"seq-k", K::Value, "L", "key length (default --seq; queries are bottom-right aligned)"},
+      {"batch", K::Value, "B", "batch size (default 1)"},
+      {"heads", K::Value, "H", "query heads (default 1)"},
+      {"kv-heads", K::Value, "H", "key/value heads, divides --heads (default --heads)"},
+      {"head-dim", K::Value, "D", "head dimension (default 64)"},
+      {"dtype", K::Value, "T", "fp32 | fp16 | bf16 (default fp32)"},
+      {"backend", K::Value, "NAME", "auto | reference | cpu | cuda (default auto)"},
+      {"layout", K::Value, "L", "bhld | blhd (default bhld)"},
+      {"repeats", K::Value, "N", "timed runs after one warm-up; the median is reported (default 5)"},
+      {"check", K::Switch, "", "compare with the fp64 reference; exit 1 above tolerance"},
+      {"json", K::Switch, "", "print one JSON object instead of the table"},
+  };
+  for (FlagSpec& f : pattern_flag_specs()) flags.push_back(std::move(f));
+  for (FlagSpec& f : dynamic_flag_specs(true)) flags.push_back(std::move(f));
+  return Command{"run", "one attention on random inputs: time, density, throughput, error",
+                 "usage: spattn run --pattern NAME [pattern flags] --seq L [options]\n"
+                 "  e.g. spattn run --pattern streaming --seq 1024 --window 64 --sink 16 --check\n" +
+                     pattern_usage(),
+                 std::move(flags), run_main};
+}
+
+}  // namespace spattn::cli

@@ -1,0 +1,383 @@
+// tools/spattn/dynamic_pattern.cpp - `--pattern topk` for run and mask (see
+// dynamic_pattern.hpp).
+//
+// run: on host backends the selection is select_blocks_batched (each phase
+// time is the median over the timed calls); on the CUDA backend it is the
+// device selector (three kernels, timed to completion) and the chosen masks
+// are copied back once, then run as static masks. Each timing is the median
+// after one warm-up (time_median). Recall and output error come from
+// selection_quality on --quality-rows rows per (batch, head).
+#include "dynamic_pattern.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <limits>
+#include <random>
+
+#include "device_buffers.hpp"
+#include "host_tensor.hpp"
+#include "json_writer.hpp"
+#include "mask_image.hpp"
+#include "spattn/error.hpp"
+#include "text_table.hpp"
+
+#if defined(SPATTN_HAVE_CUDA)
+#include "cuda/select/block_selector.hpp"
+#endif
+
+namespace spattn::cli {
+namespace {
+
+constexpr int64_t kDefaultQualityRows = 32;
+constexpr int64_t kTokenPictureMaxPairs = int64_t{2048} * 2048;
+constexpr double kNoBudget = std::numeric_limits<double>::infinity();
+
+double tolerance_for(DType dtype) { return dtype == DType::F32 ? 1e-5 : 1e-2; }
+
+// Batch element b of t as a tensor of batch 1.
+TensorView batch_slice(const TensorView& t, int64_t b) {
+  TensorView s = t;
+  s.data = static_cast<unsigned char*>(t.data) + b * t.stride[0] * dtype_size(t.dtype);
+  s.shape[0] = 1;
+  return s;
+}
+
+// attention() of every batch element with its own mask.
+void attend_all(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                const std::vector<BlockMask>& masks, const AttentionOptions& options) {
+  for (int64_t b = 0; b < q.batch(); ++b)
+    attention(batch_slice(q, b), batch_slice(k, b), batch_slice(v, b), batch_slice(out, b), masks[b],
+              options);
+}
+
+std::string describe_config(const SelectConfig& c) {
+  std::string s = c.topk ? "topk " + std::to_string(*c.topk) : "tau " + format_general(*c.tau, 4);
+  s += ", sink " + std::to_string(c.sink_blocks) + ", local " + std::to_string(c.local_blocks);
+  if (c.min_blocks > 0) s += ", min " + std::to_string(c.min_blocks);
+  if (c.max_blocks > 0) s += ", max " + std::to_string(c.max_blocks);
+  s += c.stride > 0 ? ", antidiagonal stride " + std::to_string(c.stride) : ", mean pooling";
+  s += c.per_query_head ? ", per query head" : ", per kv head";
+  return s + (c.causal ? ", causal" : "");
+}
+
+struct Inputs {
+  HostTensor q, k, v, out;
+  Inputs(const ProblemShape& s, uint64_t seed)
+      : q("q", s.dtype, s.batch, s.heads, s.q_len, s.head_dim, s.layout),
+        k("k", s.dtype, s.batch, s.kv_heads, s.k_len, s.head_dim, s.layout),
+        v("v", s.dtype, s.batch, s.kv_heads, s.k_len, s.head_dim, s.layout),
+        out("out", s.dtype, s.batch, s.heads, s.q_len, s.head_dim, s.layout) {
+    StructuredQKConfig structured;
+    structured.seed = seed;
+    make_structured_qk(q.view(), k.view(), structured);
+    std::mt19937_64 rng(seed);
+    v.fill_normal(rng);
+    out.poison();
+  }
+};
+
+struct DynamicResult {
+  std::vector<BlockMask> masks;
+  bool phases_known = false;  // host selection only
+  SelectBreakdown phases;     // per call
+  Timing selection, attention, dense;
+  bool dense_timed = false;
+  SelectionQuality quality;
+  bool checked = false;
+  double error = 0.0, tolerance = 0.0;
+  bool passed = true;
+};
+
+// Median of one phase over the timed calls.
+double median_of(const std::vector<SelectBreakdown>& calls, double SelectBreakdown::*phase) {
+  std::vector<double> x;
+  for (const SelectBreakdown& c : calls) x.push_back(c.*phase);
+  std::sort(x.begin(), x.end());
+  const size_t mid = x.size() / 2;
+  return x.size() % 2 ? x[mid] : 0.5 * (x[mid - 1] + x[mid]);
+}
+
+std::vector<BlockMask> dense_masks(const ProblemShape& s, const SelectConfig& c) {
+  const BlockMask dense =
+      BlockMask::build(Pattern::dense(c.causal), MaskShape{s.q_len, s.k_len, c.block_q, c.block_k, s.heads});
+  return std::vector<BlockMask>(static_cast<size_t>(s.batch), dense);
+}
+
+void run_on_host(const ProblemShape& s, Backend backend, const SelectConfig& c, int64_t repeats,
+                 bool vs_dense, Inputs& in, DynamicResult& r) {
+  AttentionOptions options;
+  options.backend = backend;
+  const TensorView q = in.q.view(), k = in.k.view(), v = in.v.view(), out = in.out.view();
+  if (vs_dense) {
+    const std::vector<BlockMask> dense = dense_masks(s, c);
+    r.dense = time_median([&] { attend_all(q, k, v, out, dense, options); }, repeats, kNoBudget);
+    r.dense_timed = true;
+  }
+  std::vector<SelectBreakdown> calls;
+  r.selection = time_median(
+      [&] {
+        calls.emplace_back();
+        r.masks = select_blocks_batched(q, k, c, &calls.back());
+      },
+      repeats, kNoBudget);
+  if (calls.size() > 1) calls.erase(calls.begin());  // the warm-up
+  r.phases_known = true;
+  r.phases.pooling_s = median_of(calls, &SelectBreakdown::pooling_s);
+  r.phases.scoring_s = median_of(calls, &SelectBreakdown::scoring_s);
+  r.phases.selection_s = median_of(calls, &SelectBreakdown::selection_s);
+  r.attention = time_median([&] { attend_all(q, k, v, out, r.masks, options); }, repeats, kNoBudget);
+}
+
+void run_on_device(const ProblemShape& s, const SelectConfig& c, int64_t repeats, bool vs_dense, Inputs& in,
+                   DynamicResult& r) {
+#if defined(SPATTN_HAVE_CUDA)
+  DeviceBuffers dev({&in.q, &in.k, &in.v, &in.out});
+  AttentionOptions options;
+  options.backend = Backend::Cuda;
+  const TensorView q = dev.view(0), k = dev.view(1), v = dev.view(2), out = dev.view(3);
+  if (vs_dense) {
+    const std::vector<BlockMask> dense = dense_masks(s, c);
+    r.dense = time_median(
+        [&] {
+          attend_all(q, k, v, out, dense, options);
+          dev.synchronize();
+        },
+        repeats, kNoBudget);
+    r.dense_timed = true;
+  }
+  cuda_detail::BlockSelector selector(
+      c, cuda_detail::SelectShape{s.batch, s.heads, s.kv_heads, s.q_len, s.k_len, s.head_dim});
+  r.selection = time_median(
+      [&] {
+        selector.run(q, k, nullptr);
+        dev.synchronize();
+      },
+      repeats, kNoBudget);
+  for (int64_t b = 0; b < s.batch; ++b) r.masks.push_back(selector.download(b));
+  r.attention = time_median(
+      [&] {
+        attend_all(q, k, v, out, r.masks, options);
+        dev.synchronize();
+      },
+      repeats, kNoBudget);
+  dev.copy_to_host(3, in.out);
+#else
+  (void)s, (void)c, (void)repeats, (void)vs_dense, (void)in, (void)r;
+  fail("backend cuda: this spattn was built without CUDA");
+#endif
+}
+
+double check_against_reference(const ProblemShape& s, const Inputs& in, const DynamicResult& r) {
+  HostTensor ref("reference out", DType::F64, s.batch, s.heads, s.q_len, s.head_dim, Layout::BHLD);
+  ref.poison();
+  const double scale = 1.0 / std::sqrt(static_cast<double>(s.head_dim));
+  for (int64_t b = 0; b < s.batch; ++b)
+    reference_attention(batch_slice(in.q.view(), b), batch_slice(in.k.view(), b), batch_slice(in.v.view(), b),
+                        batch_slice(ref.view(), b), r.masks[b], scale, nullptr);
+  return relative_error(in.out.view(), ref.view());
+}
+
+int64_t kept_pairs(const ProblemShape& s, const std::vector<BlockMask>& masks) {
+  int64_t total = 0;
+  for (const BlockMask& m : masks) total += m.kept_pairs(s.heads);
+  return total;
+}
+
+void print_table(const ProblemShape& s, Backend backend, const SelectConfig& c, const DynamicResult& r) {
+  std::ostream& os = std::cout;
+  int64_t blocks = 0, full = 0;
+  for (const BlockMask& m : r.masks) {
+    blocks += m.num_blocks();
+    full += m.num_full_blocks();
+  }
+  const double pairs =
+      static_cast<double>(s.batch * s.heads) * static_cast<double>(s.q_len) * static_cast<double>(s.k_len);
+  const int64_t kept = kept_pairs(s, r.masks);
+  const double total_s = r.selection.median_s + r.attention.median_s;
+  os << "backend     " << backend_name(backend) << "\n";
+  os << "shape       B=" << s.batch << " Hq=" << s.heads << " Hkv=" << s.kv_heads << " Lq=" << s.q_len
+     << " Lk=" << s.k_len << " D=" << s.head_dim << " " << dtype_name(s.dtype) << " " << layout_name(s.layout)
+     << "\n";
+  os << "pattern     topk: " << describe_config(c) << "; structured inputs\n";
+  os << "mask        blocks " << c.block_q << "x" << c.block_k << ", " << format_count(blocks) << " kept ("
+     << format_count(full) << " full), density " << format_general(static_cast<double>(kept) / pairs, 4)
+     << "\n";
+  os << "selection   " << format_seconds(r.selection.median_s);
+  if (r.phases_known)
+    os << " (pooling " << format_seconds(r.phases.pooling_s) << ", scoring "
+       << format_seconds(r.phases.scoring_s) << ", selection " << format_seconds(r.phases.selection_s) << ")";
+  os << ", " << format_general(100.0 * r.selection.median_s / r.attention.median_s) << "% of the attention\n";
+  os << "attention   " << format_seconds(r.attention.median_s) << " on the chosen blocks\n";
+  os << "total       " << format_seconds(total_s) << "\n";
+  if (r.dense_timed)
+    os << "dense       " << format_seconds(r.dense.median_s) << " (" << (c.causal ? "causal" : "dense")
+       << " attention; dynamic is " << format_ratio(r.dense.median_s / total_s) << " faster)\n";
+  os << "quality     recall " << format_general(r.quality.recall_mean, 4) << " mean, "
+     << format_general(r.quality.recall_min, 4) << " worst; output error "
+     << format_general(r.quality.output_error) << " vs " << (c.causal ? "causal" : "dense") << " attention ("
+     << r.quality.rows << " sampled rows)\n";
+  if (r.checked)
+    os << "check       relative error " << format_general(r.error) << " vs reference on the chosen blocks "
+       << "(tolerance " << format_general(r.tolerance) << "): " << (r.passed ? "ok" : "FAILED") << "\n";
+}
+
+void print_json(const ProblemShape& s, Backend backend, const SelectConfig& c, const DynamicResult& r) {
+  JsonWriter j(std::cout);
+  j.begin_object();
+  j.field("backend", backend_name(backend)).field("pattern", "topk").field("select", describe_config(c));
+  j.field("batch", s.batch).field("heads", s.heads).field("kv_heads", s.kv_heads);
+  j.field("seq_q", s.q_len).field("seq_k", s.k_len).field("head_dim", s.head_dim);
+  j.field("dtype", dtype_name(s.dtype)).field("layout", layout_name(s.layout));
+  j.field("block_q", c.block_q).field("block_k", c.block_k);
+  const int64_t kept = kept_pairs(s, r.masks);
+  j.field("kept_pairs", kept);
+  j.field("density",
+          static_cast<double>(kept) / (static_cast<double>(s.batch * s.heads) * static_cast<double>(s.q_len) *
+                                       static_cast<double>(s.k_len)));
+  j.field("selection_ms", r.selection.median_s * 1e3);
+  if (r.phases_known) {
+    j.field("pooling_ms", r.phases.pooling_s * 1e3).field("scoring_ms", r.phases.scoring_s * 1e3);
+    j.field("ordering_ms", r.phases.selection_s * 1e3);
+  }
+  j.field("attention_ms", r.attention.median_s * 1e3);
+  j.field("total_ms", (r.selection.median_s + r.attention.median_s) * 1e3);
+  j.key("dense_ms");
+  if (r.dense_timed)
+    j.value(r.dense.median_s * 1e3);
+  else
+    j.null();
+  j.field("recall_mean", r.quality.recall_mean).field("recall_min", r.quality.recall_min);
+  j.field("output_error", r.quality.output_error).field("quality_rows", r.quality.rows);
+  j.key("check");
+  if (r.checked) {
+    j.begin_object();
+    j.field("relative_error", r.error).field("tolerance", r.tolerance).field("passed", r.passed);
+    j.end_object();
+  } else {
+    j.null();
+  }
+  j.end_object();
+}
+
+}  // namespace
+
+std::vector<FlagSpec> dynamic_flag_specs(bool for_run) {
+  using K = FlagKind;
+  std::vector<FlagSpec> flags = {
+      {"topk", K::Value, "K", "topk: key blocks kept per query block, forced ones included"},
+      {"tau", K::Value, "T", "topk: keep the fewest blocks whose score mass reaches T in (0, 1]"},
+      {"sink-blocks", K::Value, "S", "topk: first key blocks always kept (default 1)"},
+      {"local-blocks", K::Value, "L", "topk: blocks ending at the diagonal always kept (default 2)"},
+      {"min-blocks", K::Value, "N", "topk: keep at least N blocks per query block (default 0)"},
+      {"max-blocks", K::Value, "N", "topk: keep at most N blocks per query block (default 0 = no limit)"},
+      {"per-query-head", K::Switch, "", "topk: one selection per query head (default: per kv head)"},
+  };
+  if (for_run) {
+    flags.push_back({"quality-rows", K::Value, "N",
+                     "topk: rows per (batch, head) for recall and error vs dense (default 32)"});
+    flags.push_back({"vs-dense", K::Switch, "", "topk: also time dense (or causal) attention"});
+  }
+  return flags;
+}
+
+bool is_dynamic_pattern(const Args& args) { return args.find_string("pattern").value_or("") == "topk"; }
+
+SelectConfig select_config_from_flags(const Args& args) {
+  SelectConfig c;
+  const int64_t block = args.get_int("block", 128, 1);
+  c.block_q = args.get_int("block-q", block, 1);
+  c.block_k = args.get_int("block-k", block, 1);
+  c.causal = args.flag("causal");
+  require(args.has("topk") != args.has("tau"), "--pattern topk needs exactly one of --topk K and --tau T");
+  if (args.has("topk"))
+    c.topk = args.get_int("topk", 1, 1);
+  else
+    c.tau = args.get_double("tau", 1.0, 0.0, 1.0);
+  c.sink_blocks = args.get_int("sink-blocks", 1, 0);
+  c.local_blocks = args.get_int("local-blocks", 2, 0);
+  c.min_blocks = args.get_int("min-blocks", 0, 0);
+  c.max_blocks = args.get_int("max-blocks", 0, 0);
+  c.stride = args.get_int("stride", 0, 0);
+  c.per_query_head = args.flag("per-query-head");
+  validate_select_config(c);
+  return c;
+}
+
+int run_dynamic(const Args& args, const ProblemShape& s, Backend requested, int64_t repeats, uint64_t seed,
+                bool check, bool json) {
+  const SelectConfig config = select_config_from_flags(args);
+  const int64_t quality_rows = args.get_int("quality-rows", kDefaultQualityRows, 1);
+  const bool vs_dense = args.flag("vs-dense");
+  args.require_all_used("to --pattern topk");
+  const Backend backend = resolve_backend(requested);
+
+  Inputs in(s, seed);
+  DynamicResult r;
+  if (backend == Backend::Cuda)
+    run_on_device(s, config, repeats, vs_dense, in, r);
+  else
+    run_on_host(s, backend, config, repeats, vs_dense, in, r);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(s.head_dim));
+  r.quality = selection_quality(in.q.view(), in.k.view(), in.v.view(), in.out.view(), r.masks, config.causal,
+                                scale, quality_rows);
+  if (check) {
+    r.checked = true;
+    r.error = check_against_reference(s, in, r);
+    r.tolerance = tolerance_for(s.dtype);
+    r.passed = r.error <= r.tolerance;  // false for NaN too
+  }
+  if (json)
+    print_json(s, backend, config, r);
+  else
+    print_table(s, backend, config, r);
+  return r.passed ? 0 : 1;
+}
+
+int mask_dynamic(const Args& args, int64_t q_len, int64_t k_len, int64_t heads, int64_t head,
+                 int64_t max_side, const std::string& out) {
+  const SelectConfig config = select_config_from_flags(args);
+  const uint64_t seed = static_cast<uint64_t>(args.get_int("seed", 0, 0));
+  args.require_all_used("to --pattern topk");
+  HostTensor q("q", DType::F32, 1, heads, q_len, 64, Layout::BHLD);
+  HostTensor k("k", DType::F32, 1, heads, k_len, 64, Layout::BHLD);
+  StructuredQKConfig structured;
+  structured.seed = seed;
+  make_structured_qk(q.view(), k.view(), structured);
+  SelectBreakdown phases;
+  const BlockMask mask = select_blocks(q.view(), k.view(), config, &phases);
+
+  const BlockMaskView v = mask.view();
+  const int64_t mh = v.mask_head(head, heads);
+  int64_t head_blocks = 0, head_full = 0;
+  for (int64_t qb = 0; qb < v.num_q_blocks; ++qb)
+    for (int64_t at = v.row_begin(v.row(mh, qb)); at < v.row_end(v.row(mh, qb)); ++at) {
+      ++head_blocks;
+      head_full += v.kv_full[at];
+    }
+  std::ostream& os = std::cout;
+  os << "pattern     topk: " << describe_config(config) << "; structured inputs (seed " << seed
+     << ", D 64)\n";
+  os << "shape       Lq=" << q_len << " Lk=" << k_len << " heads=" << heads << ", blocks " << mask.block_q()
+     << "x" << mask.block_k() << " (" << v.num_q_blocks << " x " << v.num_k_blocks << " grid)\n";
+  os << "blocks      head " << head << ": " << format_count(head_blocks) << " kept of "
+     << format_count(v.num_q_blocks * v.num_k_blocks) << " (" << format_count(head_full) << " full, "
+     << format_count(head_blocks - head_full) << " partial)\n";
+  os << "density     " << format_general(mask.density(heads), 4) << "\n";
+  os << "selection   " << format_seconds(phases.total_s()) << "\n";
+  const RgbImage blocks = render_block_mask(mask, head, heads, max_side);
+  write_png(out, blocks);
+  os << "wrote       " << out << " (" << blocks.width() << " x " << blocks.height() << ")\n";
+  if (q_len <= kTokenPictureMaxPairs / k_len) {
+    const std::string ext = ".png";
+    const bool has_ext =
+        out.size() > ext.size() && out.compare(out.size() - ext.size(), ext.size(), ext) == 0;
+    const std::string path = (has_ext ? out.substr(0, out.size() - ext.size()) : out) + "_tokens.png";
+    const RgbImage tokens = render_token_mask(mask, head, heads, max_side);
+    write_png(path, tokens);
+    os << "wrote       " << path << " (" << tokens.width() << " x " << tokens.height() << ")\n";
+  }
+  return 0;
+}
+
+}  // namespace spattn::cli

@@ -6,4 +6,5 @@
 #include "spattn/dtype.hpp"
 #include "spattn/error.hpp"
 #include "spattn/pattern.hpp"
+#include "spattn/select.hpp"
 #include "spattn/tensor.hpp"

@@ -1,0 +1,35 @@
+// python/csrc/attention_op.cpp - one call of the spattn::attention operator
+// (see attention_op.hpp).
+#include "attention_op.hpp"
+
+#include <limits>
+
+#include "tensor_bridge.hpp"
+
+namespace spattn::torch_bridge {
+
+AttentionCall::AttentionCall(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
+                             std::optional<double> scale_in)
+    : q(view_of(q_in, "q")), k(view_of(k_in, "k")), v(view_of(v_in, "v")) {
+  TORCH_CHECK_VALUE(k_in.device() == q_in.device() && v_in.device() == q_in.device(),
+                    "q, k and v must be on one device, got ", q_in.device(), ", ", k_in.device(),
+                    " and ", v_in.device());
+  out_tensor = at::empty_like(q_in);
+  lse_tensor = at::empty({q_in.size(0), q_in.size(1), q_in.size(2)}, q_in.options().dtype(at::kFloat));
+  options.scale = scale_in;
+  // Lk == 0: every row is empty (output 0, LSE -inf) and no mask exists.
+  if (q_in.numel() != 0 && k_in.size(2) == 0) {
+    out_tensor.zero_();
+    lse_tensor.fill_(-std::numeric_limits<float>::infinity());
+  }
+  empty_ = q_in.numel() == 0 || k_in.numel() == 0;
+}
+
+void AttentionCall::run(const BlockMask& mask, Backend backend) {
+  options.backend = backend;
+  const TensorView out = view_of(out_tensor, "out");
+  const TensorView lse = lse_view_of(lse_tensor);
+  attention(q, k, v, out, mask, options, &lse);
+}
+
+}  // namespace spattn::torch_bridge

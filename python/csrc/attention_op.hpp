@@ -1,0 +1,37 @@
+// python/csrc/attention_op.hpp - one call of the spattn::attention operator,
+// shared by its CPU and CUDA kernels.
+//
+// AttentionCall views q, k and v, allocates the outputs (out with the strides
+// of q, so a (B, L, H, D) layout stays one; lse (B, Hq, Lq) fp32), handles the
+// shapes with nothing to compute, and runs spattn::attention on a mask.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <optional>
+#include <tuple>
+
+#include "spattn/attention.hpp"
+
+namespace spattn::torch_bridge {
+
+class AttentionCall {
+ public:
+  AttentionCall(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                std::optional<double> scale);
+
+  // True when there is nothing to compute (a zero-sized q or k); the outputs
+  // already hold their final values (Lk == 0: out 0, lse -inf).
+  bool empty() const { return empty_; }
+  void run(const BlockMask& mask, Backend backend);
+  std::tuple<at::Tensor, at::Tensor> result() const { return {out_tensor, lse_tensor}; }
+
+  TensorView q, k, v;
+  at::Tensor out_tensor, lse_tensor;
+  AttentionOptions options;
+
+ private:
+  bool empty_ = false;
+};
+
+}  // namespace spattn::torch_bridge

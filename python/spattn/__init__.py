@@ -1,0 +1,19 @@
+"""spattn: exact block-sparse softmax attention for PyTorch.
+
+    import spattn
+    mask = spattn.patterns.sliding_window(4096, window=512, device="cuda")
+    out = spattn.attention(q, k, v, mask)          # q, k, v as for SDPA
+
+``spattn.attention`` is a ``torch.library`` operator (CPU and, when built with
+CUDA, CUDA kernels, plus a fake kernel), so ``torch.compile(fullgraph=True)``
+traces it without graph breaks. Masks come from ``spattn.patterns``,
+``spattn.BlockMask.from_dense`` or ``spattn.BlockMask.from_flex``; the Hugging
+Face integration is ``spattn.integrations.hf``. See docs/python.md.
+"""
+from spattn import patterns
+from spattn._ops import built_with_cuda
+from spattn.attention import attention
+from spattn.block_mask import BlockMask
+
+__all__ = ["attention", "BlockMask", "patterns", "built_with_cuda"]
+__version__ = "0.1.0"

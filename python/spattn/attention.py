@@ -1,0 +1,116 @@
+"""spattn.attention: exact softmax attention restricted to a BlockMask.
+
+Shapes as ``torch.nn.functional.scaled_dot_product_attention``: q (B, Hq, Lq, D),
+k and v (B, Hkv, Lk, D) with Hq % Hkv == 0 (GQA: query head h reads kv head
+h // (Hq // Hkv)). Any strides are read as they are, so ``x.transpose(1, 2)``
+of a (B, L, H, D) tensor is used without a copy; the output has the strides
+of q. Query row i sits at position i + (Lk - Lq) (bottom-right alignment);
+a row with no allowed key gives 0 and LSE -inf.
+
+The inputs are checked here, with errors naming the argument, before the
+``spattn::attention`` operator runs; the checks read only metadata, so they
+also run while torch.compile traces (no graph break).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Optional
+
+import torch
+
+from spattn._ops import built_with_cuda, ops
+from spattn.block_mask import BlockMask
+
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_BACKENDS = ("auto", "reference", "cpu", "cuda")
+_DENSE_BLOCK = 128
+_HAS_CUDA = built_with_cuda()
+
+
+def _check_tensors(q, k, v) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be 4-D (batch, heads, seq_len, head_dim), got shape {tuple(t.shape)}")
+        if t.dtype not in _DTYPES:
+            raise TypeError(f"{name} dtype must be float16, bfloat16, float32 or float64, got {t.dtype}")
+    for name, t in (("k", k), ("v", v)):
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name} dtype ({t.dtype}) must equal q dtype ({q.dtype})")
+        if t.device != q.device:
+            raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
+    B, Hq, _, D = q.shape
+    if k.shape[0] != B or v.shape[0] != B:
+        raise ValueError(f"batch sizes differ: q {B}, k {k.shape[0]}, v {v.shape[0]}")
+    if v.shape[1] != k.shape[1]:
+        raise ValueError(f"v heads ({v.shape[1]}) must equal k heads ({k.shape[1]})")
+    if k.shape[1] == 0 or Hq % k.shape[1]:
+        raise ValueError(f"q heads ({Hq}) must be a multiple of k heads ({k.shape[1]})")
+    if v.shape[2] != k.shape[2]:
+        raise ValueError(f"v seq_len ({v.shape[2]}) must equal k seq_len ({k.shape[2]})")
+    if k.shape[3] != D or v.shape[3] != D:
+        raise ValueError(f"head_dim differs: q {D}, k {k.shape[3]}, v {v.shape[3]}")
+    if D == 0:
+        raise ValueError("head_dim must be >= 1, got 0")
+    if q.is_cuda and not _HAS_CUDA:
+        raise ValueError("q is a CUDA tensor but spattn was built without CUDA; reinstall it on a "
+                         "machine with a GPU (or with SPATTN_CUDA=ON)")
+
+
+def _check_mask(mask, q, k) -> None:
+    if not isinstance(mask, BlockMask):
+        raise TypeError(f"mask must be a spattn.BlockMask or None, got {type(mask).__name__}")
+    if mask.device != q.device:
+        raise ValueError(f"mask is on {mask.device} but q is on {q.device}; use mask.to(q.device)")
+    Lq, Lk, Hq = q.shape[2], k.shape[2], q.shape[1]
+    if (mask.q_len, mask.k_len) != (Lq, Lk):
+        raise ValueError(f"mask was built for Lq={mask.q_len}, Lk={mask.k_len} but q has seq_len {Lq} "
+                         f"and k has seq_len {Lk}")
+    if mask.head_dependent and mask.num_heads != Hq:
+        raise ValueError(f"mask was built for {mask.num_heads} query heads (its pattern depends on the "
+                         f"head) but q has {Hq}; build it with num_heads={Hq}")
+    if Hq % mask.num_heads:
+        raise ValueError(f"mask has {mask.num_heads} heads, which must divide q heads ({Hq})")
+
+
+def _check_options(scale, backend, return_lse) -> None:
+    if scale is not None:
+        if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+            raise TypeError(f"scale must be a real number or None, got {type(scale).__name__}")
+        if not math.isfinite(scale):
+            raise ValueError(f"scale must be finite, got {scale}")
+    if backend not in _BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(_BACKENDS)}, got {backend!r}")
+    if not isinstance(return_lse, bool):
+        raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[BlockMask] = None, *,
+              scale: Optional[float] = None, return_lse: bool = False, backend: str = "auto"):
+    """Softmax attention over the pairs `mask` allows (every pair when mask is None).
+
+    Returns ``out`` (B, Hq, Lq, D) in the dtype of q, or ``(out, lse)`` with
+    ``return_lse=True``, lse (B, Hq, Lq) float32, natural log. ``scale``
+    defaults to 1/sqrt(D). ``backend``: "auto" (CUDA for CUDA tensors, the
+    fast CPU kernel for CPU tensors, the exact fp64 reference for float64
+    CPU tensors), or "reference", "cpu", "cuda" to choose.
+    """
+    _check_tensors(q, k, v)
+    _check_options(scale, backend, return_lse)
+    if mask is None:
+        empty_i64 = torch.empty(0, dtype=torch.int64, device=q.device)
+        empty_i32 = torch.empty(0, dtype=torch.int32, device=q.device)
+        empty_u8 = torch.empty(0, dtype=torch.uint8, device=q.device)
+        out, lse = ops.attention(q, k, v, q.shape[2], k.shape[2], _DENSE_BLOCK, _DENSE_BLOCK,
+                                 empty_i64, empty_i32, empty_u8, [], empty_i32, empty_i64,
+                                 None if scale is None else float(scale), backend)
+    else:
+        _check_mask(mask, q, k)
+        block_q, block_k = mask.block_size
+        out, lse = ops.attention(q, k, v, mask.q_len, mask.k_len, block_q, block_k, mask.row_offsets,
+                                 mask.kv_indices, mask.kv_full, list(mask.pattern.code),
+                                 mask.table_i32, mask.table_i64,
+                                 None if scale is None else float(scale), backend)
+    return (out, lse) if return_lse else out

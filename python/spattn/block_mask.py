@@ -1,0 +1,235 @@
+"""spattn.BlockMask: the plan every backend reads, as PyTorch tensors.
+
+A mask lists, for each (mask head, query block), the sorted key blocks to
+visit (``kv_indices`` int32 between ``row_offsets`` int64), each marked full or
+partial (``kv_full`` uint8); inside partial blocks the mask's pattern decides
+each pair. It has one head (shared by every query head) or one per query head
+(patterns that read the head index). It is built on the host by the C++
+library (``spattn::BlockMask::build``, time proportional to the kept blocks)
+and moved with ``.to(device)``; the arrays then live where the attention runs.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence, Tuple, Union
+
+import torch
+
+from spattn._ops import ops
+from spattn._pattern import Pattern
+
+BlockSize = Union[int, Tuple[int, int]]
+
+
+def positive_int(value, name: str) -> int:
+    """`value` as an int >= 1; TypeError or ValueError naming `name` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    return value
+
+
+def block_size_pair(block_size: BlockSize) -> Tuple[int, int]:
+    """(block_q, block_k) from an int or a pair."""
+    if isinstance(block_size, (tuple, list)):
+        if len(block_size) != 2:
+            raise ValueError(f"block_size must be an int or a pair (block_q, block_k), got {block_size!r}")
+        return positive_int(block_size[0], "block_size[0]"), positive_int(block_size[1], "block_size[1]")
+    size = positive_int(block_size, "block_size")
+    return size, size
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class BlockMask:
+    """Which key blocks each query block visits, and how to test pairs inside them.
+
+    Build one with the functions of ``spattn.patterns``, ``BlockMask.from_dense``
+    or ``BlockMask.from_flex``; pass it to ``spattn.attention``.
+    """
+
+    def __init__(self, q_len: int, k_len: int, block_size: Tuple[int, int], row_offsets: torch.Tensor,
+                 kv_indices: torch.Tensor, kv_full: torch.Tensor, pattern: Pattern,
+                 head_dependent: bool):
+        self.q_len = q_len
+        self.k_len = k_len
+        self.block_size = block_size
+        self.row_offsets = row_offsets
+        self.kv_indices = kv_indices
+        self.kv_full = kv_full
+        self.pattern = pattern
+        self.head_dependent = head_dependent
+        device = row_offsets.device
+        self.table_i32 = pattern.table_i32.to(device)
+        self.table_i64 = pattern.table_i64.to(device)
+
+    # ---- construction ----
+
+    @classmethod
+    def from_pattern(cls, pattern: Pattern, q_len: int, k_len: int, block_size: BlockSize = 128,
+                     num_heads: int = 1, device=None) -> "BlockMask":
+        """Builds the plan of `pattern` for q_len queries over k_len keys.
+
+        `num_heads` is the number of query heads; it matters only for patterns
+        that read the head index, whose masks get one head per query head.
+        """
+        q_len = positive_int(q_len, "seq_len")
+        k_len = positive_int(k_len, "seq_len_k")
+        block_q, block_k = block_size_pair(block_size)
+        num_heads = positive_int(num_heads, "num_heads")
+        row_offsets, kv_indices, kv_full = ops.block_mask_build(
+            *pattern.tensors(), q_len, k_len, block_q, block_k, num_heads)
+        mask = cls(q_len, k_len, (block_q, block_k), row_offsets, kv_indices, kv_full, pattern,
+                   pattern.head_dependent)
+        return mask if device is None else mask.to(device)
+
+    @classmethod
+    def from_dense(cls, block_bool: torch.Tensor, block_size: BlockSize = 128, causal: bool = False,
+                   seq_lengths: Optional[Tuple[int, int]] = None) -> "BlockMask":
+        """A custom mask from a boolean block matrix (nqb, nkb) or (H, nqb, nkb).
+
+        Block (r, c) keeps every pair of query rows [r*bq, (r+1)*bq) and keys
+        [c*bk, (c+1)*bk); with `causal`, pairs with j > i + (Lk - Lq) are removed.
+        The lengths default to nqb*bq and nkb*bk; `seq_lengths=(Lq, Lk)` gives
+        others (the last blocks are then short). A 3-D matrix gives each of
+        the H query heads its own blocks.
+        """
+        if not isinstance(block_bool, torch.Tensor):
+            raise TypeError(f"block_bool must be a torch.Tensor, got {type(block_bool).__name__}")
+        if block_bool.dim() not in (2, 3):
+            raise ValueError(f"block_bool must be (nqb, nkb) or (H, nqb, nkb), got shape {tuple(block_bool.shape)}")
+        if block_bool.dtype != torch.bool:
+            raise TypeError(f"block_bool must have dtype torch.bool, got {block_bool.dtype}")
+        blocks = block_bool if block_bool.dim() == 3 else block_bool.unsqueeze(0)
+        heads, rows, cols = blocks.shape
+        block_q, block_k = block_size_pair(block_size)
+        if seq_lengths is None:
+            q_len, k_len = rows * block_q, cols * block_k
+        else:
+            q_len, k_len = (positive_int(seq_lengths[0], "seq_lengths[0]"),
+                            positive_int(seq_lengths[1], "seq_lengths[1]"))
+            if _ceil_div(q_len, block_q) != rows or _ceil_div(k_len, block_k) != cols:
+                raise ValueError(
+                    f"block_bool has {rows} x {cols} blocks but seq_lengths {(q_len, k_len)} with "
+                    f"block_size {(block_q, block_k)} needs {_ceil_div(q_len, block_q)} x {_ceil_div(k_len, block_k)}")
+        pattern = Pattern.from_op(ops.pattern_custom(blocks.cpu(), block_q, block_k, bool(causal)))
+        return cls.from_pattern(pattern, q_len, k_len, (block_q, block_k), num_heads=heads,
+                                device=block_bool.device)
+
+    @classmethod
+    def from_flex(cls, flex_block_mask, pattern: Optional["BlockMask"] = None) -> "BlockMask":
+        """The same mask as a FlexAttention BlockMask (see ``spattn.flex``)."""
+        from spattn.flex import from_flex
+
+        return from_flex(flex_block_mask, pattern)
+
+    def to_flex(self, mask_mod=None):
+        """This mask as a FlexAttention BlockMask (see ``spattn.flex``)."""
+        from spattn.flex import to_flex
+
+        return to_flex(self, mask_mod)
+
+    # ---- queries ----
+
+    @property
+    def device(self) -> torch.device:
+        return self.row_offsets.device
+
+    @property
+    def num_heads(self) -> int:
+        """Mask heads: 1 (shared by all query heads) or one per query head."""
+        return (self.row_offsets.numel() - 1) // _ceil_div(self.q_len, self.block_size[0])
+
+    @property
+    def num_blocks(self) -> int:
+        """Kept (mask head, query block, key block) triples."""
+        return self.kv_indices.numel()
+
+    @property
+    def num_full_blocks(self) -> int:
+        return int(self.kv_full.sum().item())
+
+    def _host_args(self, query_heads: int):
+        block_q, block_k = self.block_size
+        return (self.q_len, self.k_len, block_q, block_k, self.row_offsets.cpu(),
+                self.kv_indices.cpu(), self.kv_full.cpu(), *self.pattern.tensors(), query_heads)
+
+    @property
+    def density(self) -> float:
+        """Allowed pairs / (heads * Lq * Lk), over the mask's heads."""
+        kept = ops.block_mask_kept_pairs(*self._host_args(self.num_heads))
+        return kept / (self.num_heads * self.q_len * self.k_len)
+
+    def to_dense(self) -> torch.Tensor:
+        """The token-level mask, bool (num_heads, Lq, Lk) on the mask's device. For small shapes."""
+        return ops.block_mask_to_dense(*self._host_args(self.num_heads)).to(self.device)
+
+    def describe(self) -> str:
+        return self.pattern.describe()
+
+    # ---- conversion and composition ----
+
+    def to(self, device) -> "BlockMask":
+        """The same mask with its arrays on `device` (self when already there)."""
+        device = torch.device(device)
+        if device == self.device:
+            return self
+        return BlockMask(self.q_len, self.k_len, self.block_size, self.row_offsets.to(device),
+                         self.kv_indices.to(device), self.kv_full.to(device), self.pattern,
+                         self.head_dependent)
+
+    def __or__(self, other: "BlockMask") -> "BlockMask":
+        return combine([self, other], intersect=False)
+
+    def __and__(self, other: "BlockMask") -> "BlockMask":
+        return combine([self, other], intersect=True)
+
+    def __repr__(self) -> str:
+        return (f"spattn.BlockMask({self.describe()}, Lq={self.q_len}, Lk={self.k_len}, "
+                f"block_size={self.block_size}, heads={self.num_heads}, blocks={self.num_blocks}, "
+                f"device={self.device})")
+
+
+def _same_geometry(masks: Sequence[BlockMask], what: str) -> None:
+    if not masks:
+        raise ValueError(f"{what} needs at least one mask")
+    for n, mask in enumerate(masks):
+        if not isinstance(mask, BlockMask):
+            raise TypeError(f"{what}: masks[{n}] must be a spattn.BlockMask, got {type(mask).__name__}")
+    first = masks[0]
+    for n, mask in enumerate(masks[1:], start=1):
+        if (mask.q_len, mask.k_len, mask.block_size) != (first.q_len, first.k_len, first.block_size):
+            raise ValueError(
+                f"{what}: masks[{n}] was built for Lq={mask.q_len}, Lk={mask.k_len}, block_size={mask.block_size} "
+                f"but masks[0] for Lq={first.q_len}, Lk={first.k_len}, block_size={first.block_size}")
+        if mask.device != first.device:
+            raise ValueError(f"{what}: masks[{n}] is on {mask.device} but masks[0] is on {first.device}")
+
+
+def combine(masks: Sequence[BlockMask], intersect: bool) -> BlockMask:
+    """The union (or intersection) of masks built for the same lengths and blocks."""
+    what = "intersection" if intersect else "union"
+    _same_geometry(masks, what)
+    pattern = masks[0].pattern
+    for mask in masks[1:]:
+        pattern = pattern.intersect(mask.pattern) if intersect else pattern.unite(mask.pattern)
+    first = masks[0]
+    return BlockMask.from_pattern(pattern, first.q_len, first.k_len, first.block_size,
+                                  num_heads=max(m.num_heads for m in masks), device=first.device)
+
+
+def per_head(masks: Sequence[BlockMask], num_heads: Optional[int] = None) -> BlockMask:
+    """A mask whose query head h uses masks[h // (num_heads // len(masks))].
+
+    `num_heads` (the query heads, default len(masks)) must be a multiple of len(masks).
+    """
+    _same_geometry(masks, "per_head")
+    num_heads = len(masks) if num_heads is None else positive_int(num_heads, "num_heads")
+    if num_heads % len(masks):
+        raise ValueError(f"num_heads ({num_heads}) must be a multiple of the number of masks ({len(masks)})")
+    first = masks[0]
+    pattern = Pattern.per_head([m.pattern for m in masks])
+    return BlockMask.from_pattern(pattern, first.q_len, first.k_len, first.block_size,
+                                  num_heads=num_heads, device=first.device)

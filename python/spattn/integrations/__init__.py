@@ -1,0 +1,1 @@
+"""Integrations of spattn with other libraries (import each submodule on its own)."""

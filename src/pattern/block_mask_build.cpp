@@ -147,17 +147,40 @@ void expr_key_intervals(const PatternExpr& e, int64_t h, int64_t i0, int64_t i1,
   out.swap(best);
 }
 
-// Exact class of the rectangle: the closed forms where they decide, else row counts.
+// Does row (i, p) allow some key of [j0, j1], and does it block some? Decided
+// from the terms' closed-form counts where bounds suffice (a union allows at
+// least the largest count and at most the sum; an intersection at least
+// sum - (n-1) * width and at most the smallest), else by the exact count.
+void row_status(const PatternExpr& e, int64_t h, int64_t i, int64_t p, int64_t j0, int64_t j1,
+                bool& some_allowed, bool& some_blocked) {
+  const int64_t width = j1 - j0 + 1;
+  int64_t low = 0, high = 0;
+  if (e.num_terms > 1) {
+    int64_t smallest = width, largest = 0, sum = 0;
+    for (int32_t n = 0; n < e.num_terms; ++n) {
+      const int64_t c = term_count_row(e.terms[n], h, i, p, j0, j1);
+      smallest = std::min(smallest, c);
+      largest = std::max(largest, c);
+      sum += c;
+    }
+    low = e.op == ExprOp::Or ? largest : std::max<int64_t>(0, sum - (e.num_terms - 1) * width);
+    high = e.op == ExprOp::Or ? std::min(sum, width) : smallest;
+  }
+  if (e.num_terms == 1 || (low == 0 && high > 0) || (low < width && high == width)) {
+    low = high = expr_count_row(e, h, i, p, j0, j1);
+  }
+  some_allowed |= low > 0;
+  some_blocked |= high < width;
+}
+
+// Exact class of the rectangle: the closed forms where they decide, else row by row.
 BlockClass classify_block(const PatternExpr& e, int64_t h, int64_t i0, int64_t i1, int64_t offset,
                           int64_t j0, int64_t j1) {
   const BlockClass quick = expr_classify_block(e, h, BlockRect{i0, i1, i0 + offset, i1 + offset, j0, j1});
   if (quick != BlockClass::Unknown) return quick;
-  const int64_t width = j1 - j0 + 1;
   bool some_allowed = false, some_blocked = false;
   for (int64_t i = i0; i <= i1; ++i) {
-    const int64_t n = expr_count_row(e, h, i, i + offset, j0, j1);
-    some_allowed |= n > 0;
-    some_blocked |= n < width;
+    row_status(e, h, i, i + offset, j0, j1, some_allowed, some_blocked);
     if (some_allowed && some_blocked) return BlockClass::Partial;
   }
   return some_allowed ? BlockClass::Full : BlockClass::Empty;

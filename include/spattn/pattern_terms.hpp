@@ -68,6 +68,9 @@ SPATTN_HD int64_t min64(int64_t x, int64_t y) { return x < y ? x : y; }
 SPATTN_HD int64_t max64(int64_t x, int64_t y) { return x > y ? x : y; }
 SPATTN_HD int64_t abs64(int64_t x) { return x < 0 ? -x : x; }
 
+// ceil(x / m) for x >= 0 and m > 0, without the overflow of (x + m - 1) / m.
+SPATTN_HD int64_t ceil_div(int64_t x, int64_t m) { return x / m + (x % m != 0 ? 1 : 0); }
+
 // floor(x / m) for m > 0 and any sign of x.
 SPATTN_HD int64_t floor_div(int64_t x, int64_t m) {
   const int64_t q = x / m;

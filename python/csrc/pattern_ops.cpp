@@ -139,24 +139,24 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> block_mask_build(
   });
 }
 
-// `code` must be a contiguous CPU int64 tensor.
-MaskTensors mask_tensors(int64_t q_len, int64_t k_len, int64_t block_q, int64_t block_k,
-                         const at::Tensor& row_offsets, const at::Tensor& kv_indices,
-                         const at::Tensor& kv_full, const at::Tensor& code, const at::Tensor& i32,
-                         const at::Tensor& i64) {
-  const at::IntArrayRef code_words(code.data_ptr<int64_t>(), code.numel());
-  return MaskTensors{q_len,   k_len,      block_q, block_k, row_offsets,
-                     kv_indices, kv_full, code_words, i32,  i64};
+// The host BlockMask of a Python BlockMask's arrays (code: any int64 tensor).
+BlockMask host_mask_of(int64_t q_len, int64_t k_len, int64_t block_q, int64_t block_k,
+                       const at::Tensor& row_offsets, const at::Tensor& kv_indices,
+                       const at::Tensor& kv_full, const at::Tensor& code, const at::Tensor& i32,
+                       const at::Tensor& i64) {
+  const at::Tensor c = cpu_contiguous(code, at::kLong, "code");
+  const at::IntArrayRef code_words(c.data_ptr<int64_t>(), c.numel());
+  return host_block_mask(MaskTensors{q_len, k_len, block_q, block_k, row_offsets, kv_indices,
+                                     kv_full, code_words, i32, i64});
 }
 
 int64_t block_mask_kept_pairs(int64_t q_len, int64_t k_len, int64_t block_q, int64_t block_k,
                               const at::Tensor& row_offsets, const at::Tensor& kv_indices,
                               const at::Tensor& kv_full, const at::Tensor& code, const at::Tensor& i32,
                               const at::Tensor& i64, int64_t query_heads) {
-  const at::Tensor c = cpu_contiguous(code, at::kLong, "code");
   return run_with_value_errors([&] {
-    const BlockMask mask = host_block_mask(
-        mask_tensors(q_len, k_len, block_q, block_k, row_offsets, kv_indices, kv_full, c, i32, i64));
+    const BlockMask mask =
+        host_mask_of(q_len, k_len, block_q, block_k, row_offsets, kv_indices, kv_full, code, i32, i64);
     return mask.kept_pairs(query_heads);
   });
 }
@@ -166,10 +166,9 @@ at::Tensor block_mask_to_dense(int64_t q_len, int64_t k_len, int64_t block_q, in
                                const at::Tensor& row_offsets, const at::Tensor& kv_indices,
                                const at::Tensor& kv_full, const at::Tensor& code, const at::Tensor& i32,
                                const at::Tensor& i64, int64_t query_heads) {
-  const at::Tensor c = cpu_contiguous(code, at::kLong, "code");
   return run_with_value_errors([&] {
-    const BlockMask mask = host_block_mask(
-        mask_tensors(q_len, k_len, block_q, block_k, row_offsets, kv_indices, kv_full, c, i32, i64));
+    const BlockMask mask =
+        host_mask_of(q_len, k_len, block_q, block_k, row_offsets, kv_indices, kv_full, code, i32, i64);
     require(query_heads > 0 && query_heads % mask.num_heads() == 0, "query_heads must be a positive ",
             "multiple of the mask's heads (", mask.num_heads(), "), got ", query_heads);
     at::Tensor dense = at::zeros({query_heads, q_len, k_len}, at::TensorOptions().dtype(at::kBool));
@@ -178,16 +177,16 @@ at::Tensor block_mask_to_dense(int64_t q_len, int64_t k_len, int64_t block_q, in
     const int64_t offset = k_len - q_len;
     for (int64_t h = 0; h < query_heads; ++h) {
       const int64_t mh = view.mask_head(h, query_heads);
+      // Null only when every block is full (BlockMask checks), so never read then.
+      const PatternExpr* expr = mask.pattern() ? &mask.pattern()->expr_for_head(h, query_heads) : nullptr;
       for (int64_t qb = 0; qb < view.num_q_blocks; ++qb) {
         const int64_t r = view.row(mh, qb);
         for (int64_t at = view.row_begin(r); at < view.row_end(r); ++at) {
           const int64_t kb = view.kv_indices[at];
           const bool full = view.kv_full[at] != 0;
-          for (int64_t i = view.q_first(qb); i < view.q_last(qb); ++i) {
-            const PatternExpr* e = full ? nullptr : &mask.pattern()->expr_for_head(h, query_heads);
+          for (int64_t i = view.q_first(qb); i < view.q_last(qb); ++i)
             for (int64_t j = view.k_first(kb); j < view.k_last(kb); ++j)
-              out[(h * q_len + i) * k_len + j] = full || expr_allows(*e, h, i, i + offset, j);
-          }
+              out[(h * q_len + i) * k_len + j] = full || expr_allows(*expr, h, i, i + offset, j);
         }
       }
     }

@@ -20,13 +20,18 @@ from spattn._pattern import Pattern
 BlockSize = Union[int, Tuple[int, int]]
 
 
-def positive_int(value, name: str) -> int:
-    """`value` as an int >= 1; TypeError or ValueError naming `name` otherwise."""
+def int_at_least(value, name: str, minimum: int) -> int:
+    """`value` as an int >= `minimum`; TypeError or ValueError naming `name` otherwise."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
     return value
+
+
+def positive_int(value, name: str) -> int:
+    """`value` as an int >= 1; TypeError or ValueError naming `name` otherwise."""
+    return int_at_least(value, name, 1)
 
 
 def block_size_pair(block_size: BlockSize) -> Tuple[int, int]:
@@ -102,6 +107,9 @@ class BlockMask:
             raise ValueError(f"block_bool must be (nqb, nkb) or (H, nqb, nkb), got shape {tuple(block_bool.shape)}")
         if block_bool.dtype != torch.bool:
             raise TypeError(f"block_bool must have dtype torch.bool, got {block_bool.dtype}")
+        if block_bool.numel() == 0:
+            raise ValueError("block_bool must hold at least one block on each axis, got shape "
+                             f"{tuple(block_bool.shape)}")
         blocks = block_bool if block_bool.dim() == 3 else block_bool.unsqueeze(0)
         heads, rows, cols = blocks.shape
         block_q, block_k = block_size_pair(block_size)

@@ -19,7 +19,7 @@ from typing import Optional, Sequence
 
 from spattn._ops import ops
 from spattn._pattern import Pattern
-from spattn.block_mask import BlockMask, BlockSize, block_size_pair, combine, positive_int
+from spattn.block_mask import BlockMask, BlockSize, block_size_pair, combine, int_at_least, positive_int
 from spattn.block_mask import per_head as _per_head
 
 __all__ = [
@@ -28,18 +28,10 @@ __all__ = [
 ]
 
 
-def _int(value, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
-
-
 def _int_list(values, name: str, minimum: int) -> list:
     if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
         raise TypeError(f"{name} must be a sequence of ints, got {type(values).__name__}")
-    return [_int(v, f"{name}[{n}]", minimum) for n, v in enumerate(values)]
+    return [int_at_least(v, f"{name}[{n}]", minimum) for n, v in enumerate(values)]
 
 
 def _mask(pattern_op, seq_len: int, seq_len_k: Optional[int], block_size: BlockSize,
@@ -66,7 +58,10 @@ def block_diagonal(seq_len: int, seq_len_k: Optional[int] = None, *, diagonal_bl
                    causal: bool = False, block_size: BlockSize = 128, num_heads: int = 1,
                    device=None) -> BlockMask:
     """floor(p / B) == floor(j / B) with B = ``diagonal_block`` (default: the key block size)."""
-    block = block_size_pair(block_size)[1] if diagonal_block is None else _int(diagonal_block, "diagonal_block", 1)
+    if diagonal_block is None:
+        block = block_size_pair(block_size)[1]
+    else:
+        block = int_at_least(diagonal_block, "diagonal_block", 1)
     return _mask(ops.pattern_block_diagonal(block, bool(causal)), seq_len, seq_len_k, block_size,
                  num_heads, device)
 
@@ -85,10 +80,10 @@ def sliding_window(seq_len: int, seq_len_k: Optional[int] = None, *, window: Opt
         raise ValueError("sliding_window needs either window=W or window_left/window_right"
                          + (", not both" if window is not None else ""))
     if window is not None:
-        left, right = _int(window, "window", 1) - 1, 0
+        left, right = int_at_least(window, "window", 1) - 1, 0
     else:
-        left = 0 if window_left is None else _int(window_left, "window_left", 0)
-        right = 0 if window_right is None else _int(window_right, "window_right", 0)
+        left = 0 if window_left is None else int_at_least(window_left, "window_left", 0)
+        right = 0 if window_right is None else int_at_least(window_right, "window_right", 0)
     return _mask(ops.pattern_sliding_window(left, right, bool(causal)), seq_len, seq_len_k, block_size,
                  num_heads, device)
 
@@ -96,22 +91,22 @@ def sliding_window(seq_len: int, seq_len_k: Optional[int] = None, *, window: Opt
 def streaming(seq_len: int, seq_len_k: Optional[int] = None, *, sink: int, window: int,
               block_size: BlockSize = 128, num_heads: int = 1, device=None) -> BlockMask:
     """Causal; j < sink or p - j < window (attention sinks plus a recent window)."""
-    return _mask(ops.pattern_streaming(_int(sink, "sink", 0), _int(window, "window", 1)), seq_len,
-                 seq_len_k, block_size, num_heads, device)
+    pattern_op = ops.pattern_streaming(int_at_least(sink, "sink", 0), int_at_least(window, "window", 1))
+    return _mask(pattern_op, seq_len, seq_len_k, block_size, num_heads, device)
 
 
 def strided(seq_len: int, seq_len_k: Optional[int] = None, *, stride: int,
             block_size: BlockSize = 128, num_heads: int = 1, device=None) -> BlockMask:
     """Causal; p - j < stride or (p - j) % stride == 0 (Sparse Transformer, strided)."""
-    return _mask(ops.pattern_strided(_int(stride, "stride", 1)), seq_len, seq_len_k, block_size,
+    return _mask(ops.pattern_strided(int_at_least(stride, "stride", 1)), seq_len, seq_len_k, block_size,
                  num_heads, device)
 
 
 def fixed(seq_len: int, seq_len_k: Optional[int] = None, *, stride: int, summary: int,
           block_size: BlockSize = 128, num_heads: int = 1, device=None) -> BlockMask:
     """Causal; same stride-segment, or j % stride >= stride - summary (Sparse Transformer, fixed)."""
-    return _mask(ops.pattern_fixed(_int(stride, "stride", 1), _int(summary, "summary", 0)), seq_len,
-                 seq_len_k, block_size, num_heads, device)
+    pattern_op = ops.pattern_fixed(int_at_least(stride, "stride", 1), int_at_least(summary, "summary", 0))
+    return _mask(pattern_op, seq_len, seq_len_k, block_size, num_heads, device)
 
 
 def dilated(seq_len: int, seq_len_k: Optional[int] = None, *, segments: Sequence[int],
@@ -135,10 +130,10 @@ def bigbird(seq_len: int, seq_len_k: Optional[int] = None, *, window_blocks: int
     q_len = positive_int(seq_len, "seq_len")
     k_len = q_len if seq_len_k is None else positive_int(seq_len_k, "seq_len_k")
     block_k = block_size_pair(block_size)[1]
-    pattern_op = ops.pattern_bigbird(k_len, block_k, _int(window_blocks, "window_blocks", 1),
-                                     _int(global_blocks, "global_blocks", 0),
-                                     _int(random_blocks, "random_blocks", 0), _int(seed, "seed", 0),
-                                     bool(causal))
+    pattern_op = ops.pattern_bigbird(k_len, block_k, int_at_least(window_blocks, "window_blocks", 1),
+                                     int_at_least(global_blocks, "global_blocks", 0),
+                                     int_at_least(random_blocks, "random_blocks", 0),
+                                     int_at_least(seed, "seed", 0), bool(causal))
     return _mask(pattern_op, q_len, k_len, block_size, num_heads, device)
 
 
@@ -146,7 +141,7 @@ def longformer(seq_len: int, seq_len_k: Optional[int] = None, *, window: int,
                global_tokens: Sequence[int] = (), causal: bool = False, block_size: BlockSize = 128,
                num_heads: int = 1, device=None) -> BlockMask:
     """|p - j| <= window // 2, or j or p among ``global_tokens``."""
-    return _mask(ops.pattern_longformer(_int(window, "window", 0),
+    return _mask(ops.pattern_longformer(int_at_least(window, "window", 0),
                                         _int_list(global_tokens, "global_tokens", 0), bool(causal)),
                  seq_len, seq_len_k, block_size, num_heads, device)
 

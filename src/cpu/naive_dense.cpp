@@ -4,6 +4,7 @@
 // computing every pair whether the mask keeps it or not, then applies the mask
 // (through the block iterator and predicate) and a row softmax. It is the
 // "dense" column of seed-style tables and only meant for small L.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -30,6 +31,7 @@ void naive_dense_attention(const TensorView& q, const TensorView& k, const Tenso
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < Hq; ++h) {
       const int64_t kv_head = h / group;
+      const PatternExpr* expr = pattern ? &pattern->expr_for_head(h, Hq) : nullptr;
       std::vector<float> scores(static_cast<size_t>(Lq * Lk));
       for (int64_t i = 0; i < Lq; ++i)
         for (int64_t j = 0; j < Lk; ++j) {
@@ -46,8 +48,7 @@ void naive_dense_attention(const TensorView& q, const TensorView& k, const Tenso
         for (int64_t at = plan.row_begin(r); at < plan.row_end(r); ++at) {
           const int64_t kb = plan.kv_indices[at];
           for (int64_t j = plan.k_first(kb); j < plan.k_last(kb); ++j)
-            keep[j] = plan.kv_full[at] ||
-                      expr_allows(pattern->expr_for_head(h, Hq), h, i, i + offset, j);
+            keep[j] = plan.kv_full[at] || expr_allows(*expr, h, i, i + offset, j);
         }
         float row_max = -std::numeric_limits<float>::infinity();
         for (int64_t j = 0; j < Lk; ++j)

@@ -5,6 +5,7 @@
 // pattern predicate, and runs an online softmax in fp64: running max m, sum l
 // and accumulator acc, rescaled whenever the max grows. Streamed per row: no
 // score matrix is stored. Rows with no allowed key give 0 and LSE -inf.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>

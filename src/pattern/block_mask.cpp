@@ -8,9 +8,6 @@
 #include "spattn/error.hpp"
 
 namespace spattn {
-namespace {
-int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }  // no a + b overflow
-}  // namespace
 
 BlockMask::BlockMask(int64_t q_len, int64_t k_len, int64_t block_q, int64_t block_k,
                      int64_t num_heads, std::vector<int64_t> row_offsets,
@@ -67,8 +64,8 @@ BlockMask::BlockMask(int64_t q_len, int64_t k_len, int64_t block_q, int64_t bloc
   }
 }
 
-int64_t BlockMask::num_q_blocks() const { return ceil_div(q_len_, block_q_); }
-int64_t BlockMask::num_k_blocks() const { return ceil_div(k_len_, block_k_); }
+int64_t BlockMask::num_q_blocks() const { return pattern_math::ceil_div(q_len_, block_q_); }
+int64_t BlockMask::num_k_blocks() const { return pattern_math::ceil_div(k_len_, block_k_); }
 
 int64_t BlockMask::num_full_blocks() const {
   return std::count(kv_full_.begin(), kv_full_.end(), uint8_t{1});

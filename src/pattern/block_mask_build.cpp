@@ -22,7 +22,7 @@ struct Interval {
   int64_t lo, hi;  // inclusive key positions
 };
 
-int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }  // no a + b overflow
+using pattern_math::ceil_div;
 
 // Appends intervals covering every key the term may allow for query rows
 // [i0, i1] at positions [p0, p1]. Bounds may fall outside [0, Lk).

@@ -22,7 +22,7 @@ void require_non_negative(int64_t value, const char* param) {
   require(value >= 0, param, " must be >= 0, got ", value);
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }  // no a + b overflow
+using pattern_math::ceil_div;
 
 // Window-like extents of 2^62 already reach every key of any problem
 // BlockMask::build accepts (Lq + Lk <= 2^62), so larger ones (INT64_MAX for
@@ -143,15 +143,8 @@ Pattern Pattern::bigbird(int64_t seq_len_k, int64_t block, int64_t window_blocks
   auto tables = std::make_shared<Tables>();
   tables->indices =
       bigbird_random_blocks(n, window_blocks, global_blocks, random_blocks, seed, causal);
-  PatternTerm t;
-  t.kind = TermKind::BigBird;
-  t.causal = causal;
-  t.a = block;
-  t.b = window_blocks;
-  t.c = global_blocks;
-  t.indices = tables->indices.data();
-  t.table_rows = n;
-  t.table_width = random_blocks;
+  const PatternTerm t = detail::bigbird_term(block, window_blocks, global_blocks, n, random_blocks,
+                                             causal, tables->indices);
   return single(t, tables);
 }
 

@@ -93,15 +93,8 @@ struct detail::PatternDecoder {
               n, " must be in [-1, ", num_blocks, "), got ", random[n]);
     auto tables = std::make_shared<Pattern::Tables>();
     tables->indices = std::move(random);
-    PatternTerm t;
-    t.kind = TermKind::BigBird;
-    t.causal = causal;
-    t.a = block;
-    t.b = window_blocks;
-    t.c = global_blocks;
-    t.indices = tables->indices.empty() ? nullptr : tables->indices.data();
-    t.table_rows = num_blocks;
-    t.table_width = random_blocks;
+    const PatternTerm t = detail::bigbird_term(block, window_blocks, global_blocks, num_blocks,
+                                               random_blocks, causal, tables->indices);
     return Pattern::single(t, tables);
   }
 };

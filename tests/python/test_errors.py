@@ -123,5 +123,7 @@ def test_from_dense_checks():
         spattn.BlockMask.from_dense(torch.ones(2, 2))
     with pytest.raises(ValueError, match=r"block_bool must be \(nqb, nkb\) or \(H, nqb, nkb\)"):
         spattn.BlockMask.from_dense(torch.ones(2, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"block_bool must hold at least one block on each axis, got shape \(3, 0\)"):
+        spattn.BlockMask.from_dense(torch.ones(3, 0, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"block_bool has 2 x 2 blocks but seq_lengths \(300, 100\)"):
         spattn.BlockMask.from_dense(torch.ones(2, 2, dtype=torch.bool), block_size=64, seq_lengths=(300, 100))

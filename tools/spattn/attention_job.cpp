@@ -18,6 +18,12 @@ Backend resolve_backend(Backend requested) {
   return b;
 }
 
+double check_tolerance(DType dtype) {
+  constexpr double kF32Tolerance = 1e-5;   // fp32 inputs, fp32 accumulation
+  constexpr double kHalfTolerance = 1e-2;  // fp16 / bf16 inputs and output
+  return dtype == DType::F32 ? kF32Tolerance : kHalfTolerance;
+}
+
 AttentionJob::AttentionJob(const ProblemShape& s, Backend backend, uint64_t seed)
     : shape_(s),
       backend_(backend),

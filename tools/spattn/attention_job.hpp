@@ -30,6 +30,9 @@ struct ProblemShape {
 // Auto becomes best_backend(); throws unless the result is available here.
 Backend resolve_backend(Backend requested);
 
+// The relative error --check accepts against the fp64 reference for `dtype`.
+double check_tolerance(DType dtype);
+
 class AttentionJob {
  public:
   // `backend` must be resolved (not Auto). Inputs come from a generator seeded by `seed`.

@@ -2,9 +2,9 @@
 // draw it.
 //
 // Prints the blocks kept (full and partial), the density and the build time,
-// writes the block picture to --out and, when Lq * Lk <= kTokenPictureMaxPairs,
-// the token picture next to it (FILE stem + "_tokens.png"). See mask_image.hpp
-// for the colours.
+// writes the block picture to --out and, when Lq * Lk <= 2048 * 2048, the
+// token picture next to it (FILE stem + "_tokens.png"). See mask_image.hpp for
+// the colours.
 #include <chrono>
 #include <iostream>
 
@@ -18,14 +18,6 @@
 namespace spattn::cli {
 
 namespace {
-
-constexpr int64_t kTokenPictureMaxPairs = int64_t{2048} * 2048;
-
-std::string token_picture_path(const std::string& out) {
-  const std::string ext = ".png";
-  const bool has_ext = out.size() > ext.size() && out.compare(out.size() - ext.size(), ext.size(), ext) == 0;
-  return (has_ext ? out.substr(0, out.size() - ext.size()) : out) + "_tokens.png";
-}
 
 int mask_main(const Args& args) {
   const int64_t q_len = args.find_int("seq", 1).value_or(0);
@@ -45,23 +37,16 @@ int mask_main(const Args& args) {
   const BlockMask mask = BlockMask::build(setup.pattern, setup.shape);
   const double build_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
-  const BlockMaskView v = mask.view();
-  const int64_t mh = v.mask_head(head, heads);
-  int64_t head_blocks = 0, head_full = 0;
-  for (int64_t qb = 0; qb < v.num_q_blocks; ++qb)
-    for (int64_t at = v.row_begin(v.row(mh, qb)); at < v.row_end(v.row(mh, qb)); ++at) {
-      ++head_blocks;
-      head_full += v.kv_full[at];
-    }
+  const HeadBlocks counts = count_head_blocks(mask, head, heads);
 
   std::ostream& os = std::cout;
   os << "pattern     " << setup.label << ": " << setup.pattern.describe() << "\n";
   os << "shape       Lq=" << q_len << " Lk=" << k_len << " heads=" << heads << ", blocks "
-     << mask.block_q() << "x" << mask.block_k() << " (" << v.num_q_blocks << " x " << v.num_k_blocks
+     << mask.block_q() << "x" << mask.block_k() << " (" << mask.num_q_blocks() << " x " << mask.num_k_blocks()
      << " grid, " << mask.num_heads() << " mask head" << (mask.num_heads() > 1 ? "s" : "") << ")\n";
-  os << "blocks      head " << head << ": " << format_count(head_blocks) << " kept of "
-     << format_count(v.num_q_blocks * v.num_k_blocks) << " (" << format_count(head_full)
-     << " full, " << format_count(head_blocks - head_full) << " partial)";
+  os << "blocks      head " << head << ": " << format_count(counts.kept) << " kept of "
+     << format_count(mask.num_q_blocks() * mask.num_k_blocks()) << " (" << format_count(counts.full)
+     << " full, " << format_count(counts.kept - counts.full) << " partial)";
   if (mask.num_heads() > 1) os << "; all heads: " << format_count(mask.num_blocks());
   os << "\n";
   os << "density     " << format_general(mask.density(heads), 4) << " ("
@@ -69,15 +54,7 @@ int mask_main(const Args& args) {
      << (heads > 1 ? "s" : "") << ")\n";
   os << "build time  " << format_seconds(build_s) << "\n";
 
-  const RgbImage blocks = render_block_mask(mask, head, heads, max_side);
-  write_png(*out, blocks);
-  os << "wrote       " << *out << " (" << blocks.width() << " x " << blocks.height() << ")\n";
-  if (q_len <= kTokenPictureMaxPairs / k_len) {
-    const std::string path = token_picture_path(*out);
-    const RgbImage tokens = render_token_mask(mask, head, heads, max_side);
-    write_png(path, tokens);
-    os << "wrote       " << path << " (" << tokens.width() << " x " << tokens.height() << ")\n";
-  }
+  write_mask_pictures(os, mask, head, heads, max_side, *out);
   return 0;
 }
 

@@ -21,8 +21,6 @@ namespace spattn::cli {
 
 namespace {
 
-double tolerance_for(DType dtype) { return dtype == DType::F32 ? 1e-5 : 1e-2; }
-
 struct RunResult {
   double build_s = 0.0;
   Timing timing;
@@ -120,7 +118,7 @@ int run_main(const Args& args) {
   if (check) {
     r.checked = true;
     r.error = job.error_against_reference(mask);
-    r.tolerance = tolerance_for(s.dtype);
+    r.tolerance = check_tolerance(s.dtype);
     r.passed = r.error <= r.tolerance;  // false for NaN too
   }
   if (json) {

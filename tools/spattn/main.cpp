@@ -4,6 +4,7 @@
 // Dispatches to the subcommand; any error (spattn::Error for bad input, or any
 // other std::exception) becomes one line `spattn: error: <message>` on stderr
 // and exit code 2.
+#include <algorithm>
 #include <exception>
 #include <iostream>
 #include <new>
@@ -21,6 +22,7 @@ namespace spattn::cli {
 namespace {
 
 constexpr int kExitError = 2;
+constexpr size_t kSummaryColumn = 8;  // where `spattn --help` starts the command summaries
 
 std::vector<Command> all_commands() { return {run_command(), mask_command(), bench_command()}; }
 
@@ -28,7 +30,9 @@ void print_help(std::ostream& os) {
   os << "spattn " << SPATTN_VERSION_STRING << " - exact sparse attention\n\n"
      << "usage: spattn COMMAND [flags]      (spattn COMMAND --help for its flags)\n\n"
      << "commands:\n";
-  for (const Command& c : all_commands()) os << "  " << c.name << std::string(8 - c.name.size(), ' ') << c.summary << "\n";
+  for (const Command& c : all_commands())
+    os << "  " << c.name << std::string(kSummaryColumn - std::min(c.name.size(), kSummaryColumn - 1), ' ')
+       << c.summary << "\n";
   os << "\nflags take a value as `--flag value` or `--flag=value`.\n";
 }
 

@@ -20,6 +20,8 @@ constexpr Rgb kPartial{240, 150, 40};    // partial block
 constexpr Rgb kWasted{190, 214, 238};    // masked-out pair inside a visited block
 constexpr Rgb kGridLine{120, 120, 120};  // blended in, so lines show on any colour
 constexpr double kGridWeight = 0.3;
+// The token picture is drawn only up to this many (query, key) pairs.
+constexpr int64_t kTokenPictureMaxPairs = int64_t{2048} * 2048;
 
 // How cells map to pixels: each cell is `scale` pixels wide, or each pixel
 // covers `shrink` cells along each axis.
@@ -131,6 +133,39 @@ RgbImage render_token_mask(const BlockMask& mask, int64_t head, int64_t query_he
   if (r.shrink == 1 && r.scale * std::min(v.block_q, v.block_k) >= kGridMinCell)
     draw_grid(image, r, v.block_q, v.block_k);
   return image;
+}
+
+HeadBlocks count_head_blocks(const BlockMask& mask, int64_t head, int64_t query_heads) {
+  const BlockMaskView v = mask.view();
+  const int64_t mh = v.mask_head(head, query_heads);
+  HeadBlocks counts;
+  for (int64_t qb = 0; qb < v.num_q_blocks; ++qb) {
+    const int64_t row = v.row(mh, qb);
+    for (int64_t at = v.row_begin(row); at < v.row_end(row); ++at) {
+      ++counts.kept;
+      counts.full += v.kv_full[at];
+    }
+  }
+  return counts;
+}
+
+std::string token_picture_path(const std::string& out) {
+  const std::string ext = ".png";
+  const bool has_ext = out.size() > ext.size() && out.compare(out.size() - ext.size(), ext.size(), ext) == 0;
+  return (has_ext ? out.substr(0, out.size() - ext.size()) : out) + "_tokens.png";
+}
+
+void write_mask_pictures(std::ostream& os, const BlockMask& mask, int64_t head, int64_t query_heads,
+                         int64_t max_side, const std::string& out) {
+  const RgbImage blocks = render_block_mask(mask, head, query_heads, max_side);
+  write_png(out, blocks);
+  os << "wrote       " << out << " (" << blocks.width() << " x " << blocks.height() << ")\n";
+  if (mask.q_len() <= kTokenPictureMaxPairs / mask.k_len()) {
+    const std::string path = token_picture_path(out);
+    const RgbImage tokens = render_token_mask(mask, head, query_heads, max_side);
+    write_png(path, tokens);
+    os << "wrote       " << path << " (" << tokens.width() << " x " << tokens.height() << ")\n";
+  }
 }
 
 }  // namespace spattn::cli

@@ -14,6 +14,8 @@
 #pragma once
 
 #include <cstdint>
+#include <ostream>
+#include <string>
 
 #include "png.hpp"
 #include "spattn/block_mask.hpp"
@@ -22,9 +24,23 @@ namespace spattn::cli {
 
 constexpr int64_t kGridMinCell = 6;
 
+// Blocks a query head visits: all kept ones and the full ones among them.
+struct HeadBlocks {
+  int64_t kept = 0;
+  int64_t full = 0;
+};
+HeadBlocks count_head_blocks(const BlockMask& mask, int64_t head, int64_t query_heads);
+
 // Block picture for query head `head` of `query_heads`.
 RgbImage render_block_mask(const BlockMask& mask, int64_t head, int64_t query_heads, int64_t max_side);
 // Token picture for query head `head` of `query_heads` (Lq x Lk cells).
 RgbImage render_token_mask(const BlockMask& mask, int64_t head, int64_t query_heads, int64_t max_side);
+
+// Where the token picture of block picture `out` goes: its stem + "_tokens.png".
+std::string token_picture_path(const std::string& out);
+// Writes the block picture to `out` and, when Lq * Lk <= 2048 * 2048, the
+// token picture to token_picture_path(out); reports each file on `os`.
+void write_mask_pictures(std::ostream& os, const BlockMask& mask, int64_t head, int64_t query_heads,
+                         int64_t max_side, const std::string& out);
 
 }  // namespace spattn::cli

@@ -19,7 +19,7 @@ namespace spattn::cli {
 
 namespace {
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+using pattern_math::ceil_div;
 
 // splitmix64 (Steele, Lea, Flood 2014): a documented, portable stream.
 class SplitMix64 {
@@ -53,7 +53,17 @@ constexpr int64_t kDefaultStride = 128;
 constexpr int64_t kDefaultSummary = 8;
 constexpr int64_t kDefaultSegment = 2048;
 constexpr int64_t kDefaultRate = 4;
+constexpr int64_t kDefaultWindowBlocks = 3;
+constexpr int64_t kDefaultGlobalBlocks = 1;
+constexpr int64_t kDefaultRandomBlocks = 3;
 constexpr double kDefaultDensity = 0.1;
+
+// The pattern names joined by ", ".
+std::string joined_pattern_names() {
+  std::string all;
+  for (const std::string& n : pattern_names()) all += (all.empty() ? "" : ", ") + n;
+  return all;
+}
 
 Pattern sliding_window_from_flags(const PartContext& c) {
   const Args& a = c.args;
@@ -126,8 +136,9 @@ Pattern single_from_flags(const std::string& name, const PartContext& c) {
     return Pattern::fixed(a.get_int("stride", kDefaultStride, 1), a.get_int("summary", kDefaultSummary, 0));
   if (name == "dilated") return dilated_from_flags(c);
   if (name == "bigbird")
-    return Pattern::bigbird(c.k_len, c.block_k, a.get_int("window-blocks", 3, 1),
-                            a.get_int("global-blocks", 1, 0), a.get_int("random-blocks", 3, 0),
+    return Pattern::bigbird(c.k_len, c.block_k, a.get_int("window-blocks", kDefaultWindowBlocks, 1),
+                            a.get_int("global-blocks", kDefaultGlobalBlocks, 0),
+                            a.get_int("random-blocks", kDefaultRandomBlocks, 0),
                             static_cast<uint64_t>(a.get_int("seed", 0, 0)), c.causal);
   if (name == "longformer") {
     const std::vector<int64_t> globals = a.find_int_list("global-tokens", 0).value_or(std::vector<int64_t>{});
@@ -137,9 +148,7 @@ Pattern single_from_flags(const std::string& name, const PartContext& c) {
   if (name == "random") return random_from_flags(c);
   require(name != "topk", "--pattern topk chooses its blocks from the inputs and cannot be combined with ",
           "other patterns");
-  std::string all;
-  for (const std::string& n : pattern_names()) all += (all.empty() ? "" : ", ") + n;
-  fail("unknown pattern '", name, "' (known: ", all, "; join with + for a union)");
+  fail("unknown pattern '", name, "' (known: ", joined_pattern_names(), "; join with + for a union)");
 }
 
 // "a+b+c": the union of the named patterns.
@@ -167,9 +176,7 @@ const std::vector<std::string>& pattern_names() {
 }
 
 std::string pattern_usage() {
-  std::string names;
-  for (const std::string& n : pattern_names()) names += (names.empty() ? "" : ", ") + n;
-  return "  patterns: " + names +
+  return "  patterns: " + joined_pattern_names() +
          "\n  A+B is the union of A and B; --heads-pattern A,B gives head h item h % n"
          "\n  topk: key blocks chosen at run time from q and k (--topk K or --tau T)";
 }

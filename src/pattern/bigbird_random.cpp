@@ -12,26 +12,14 @@
 #include <algorithm>
 
 #include "spattn/pattern.hpp"
+#include "spattn/splitmix64.hpp"
 
 namespace spattn {
-namespace {
-
-struct SplitMix64 {
-  uint64_t state;
-  uint64_t next() {
-    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-};
-
-}  // namespace
 
 std::vector<int32_t> bigbird_random_blocks(int64_t n, int64_t window_blocks, int64_t global_blocks,
                                            int64_t random_blocks, uint64_t seed, bool causal) {
   std::vector<int32_t> table(static_cast<size_t>(n * random_blocks), -1);
-  SplitMix64 rng{seed};
+  SplitMix64 rng(seed);
   const int64_t half = (window_blocks - 1) / 2, g = global_blocks;
   for (int64_t b = 0; b < n; ++b) {
     if (b < g || b >= n - g) continue;

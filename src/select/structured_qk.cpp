@@ -22,6 +22,7 @@
 #include "select/block_scores.hpp"
 #include "spattn/error.hpp"
 #include "spattn/select.hpp"
+#include "spattn/splitmix64.hpp"
 
 namespace spattn {
 namespace {
@@ -30,26 +31,6 @@ constexpr double kPi = 3.14159265358979323846;
 
 enum class Stream : uint64_t { QueryHead = 1, KeyHead = 2, KeyWidth = 3, Segments = 4 };
 
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t state) : state_(state) {}
-  uint64_t next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  // Uniform in [0, 1) with 53 random bits.
-  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-  // Standard normal by Box-Muller (one value per two uniforms).
-  double normal() {
-    const double u1 = 1.0 - uniform(), u2 = uniform();
-    return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * kPi * u2);
-  }
-
- private:
-  uint64_t state_;
-};
 
 SplitMix64 stream(uint64_t seed, Stream role, int64_t b, int64_t h) {
   SplitMix64 mixer(seed);

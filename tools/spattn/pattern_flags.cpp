@@ -14,6 +14,7 @@
 #include <fstream>
 
 #include "spattn/error.hpp"
+#include "spattn/splitmix64.hpp"
 
 namespace spattn::cli {
 
@@ -21,22 +22,6 @@ namespace {
 
 using pattern_math::ceil_div;
 
-// splitmix64 (Steele, Lea, Flood 2014): a documented, portable stream.
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t seed) : state_(seed) {}
-  uint64_t next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  // Uniform in [0, 1) with 53 random bits.
-  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-
- private:
-  uint64_t state_;
-};
 
 // Everything a single named pattern may read.
 struct PartContext {

@@ -10,6 +10,7 @@
 #   (default: all but profile)
 #
 # Environment: BUILD (build dir, default build-gpu), CUDA_ARCHS (default 90),
+# CASES (benchmark cases of the bench stage, default all),
 # SHAPES (peer shapes, default 32768x16,131072x8). Where GoogleTest is not
 # installed, a source tree in .deps/googletest is used; without libpng the CLI
 # is skipped.
@@ -70,7 +71,7 @@ if want bench; then
   for shape in 32768x16 131072x8; do
     seq=${shape%x*}; heads=${shape#*x}
     step "bench $shape" "bench_$shape.jsonl" "$BUILD/bench/spattn_cuda_bench" \
-      --cases dense,causal,window,streaming,random,bigbird,dilated --seq "$seq" --heads "$heads" --head-dim 128
+      --cases "${CASES:-dense,causal,window,streaming,random,bigbird,dilated,window512,dilated-only}" --seq "$seq" --heads "$heads" --head-dim 128
     python3 - "$LOG/bench_$shape.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
@@ -78,7 +79,8 @@ dense = next((r["time_ms"] for r in rows if r["case"] == "dense"), None)
 for r in rows:
     ratio = r["time_ms"] / (r["density"] * dense) if dense else float("nan")
     print(f"{r['seq']:>7} {r['heads']:>3} {r['case']:>10} density {r['density']:.4f} "
-          f"{r['time_ms']:9.3f} ms {r['tflops']:6.1f} TFLOP/s  vs d*dense {ratio:.2f}")
+          f"{r['time_ms']:9.3f} ms {r['tflops']:6.1f} TFLOP/s  vs d*dense {ratio:.2f}  "
+          f"mask {r['mask_build_ms']:.1f} ms, plan+upload {r.get('prepare_ms', float('nan')):.1f} ms")
 PY
   done
 fi

@@ -9,10 +9,17 @@
 // when the attention call will be captured in a CUDA graph.
 #pragma once
 
+#include <memory>
+
 #include "spattn/block_mask.hpp"
+#include "spattn/select.hpp"
 #include "spattn/tensor.hpp"
 
 namespace spattn {
+
+namespace cuda_detail {
+class DynamicAttention;
+}
 
 // CUDA devices visible to this process; 0 without a device or a driver.
 int cuda_device_count();
@@ -33,5 +40,34 @@ void cuda_attention(const TensorView& q, const TensorView& k, const TensorView& 
 void cuda_naive_attention(const TensorView& q, const TensorView& k, const TensorView& v,
                           const TensorView& out, const BlockMask& mask, double scale,
                           const TensorView* lse = nullptr, void* stream = nullptr);
+
+// Dynamic block-sparse attention on the device (docs/dynamic.md): select_blocks
+// (mean pooling) then the fused kernel on the selected blocks, with no host
+// synchronisation. Made once per (config, shape): the constructor allocates
+// everything (the masks hold at most max_blocks blocks per row when set);
+// run() only queues kernels and can be captured in a CUDA graph. block_q must
+// be a multiple of 128 and block_k of 64; config.scale unset means `scale`.
+class CudaDynamicAttention {
+ public:
+  CudaDynamicAttention(const SelectConfig& config, int64_t batch, int64_t q_heads, int64_t kv_heads,
+                       int64_t q_len, int64_t k_len, int64_t head_dim, double scale);
+  ~CudaDynamicAttention();
+  CudaDynamicAttention(const CudaDynamicAttention&) = delete;
+  CudaDynamicAttention& operator=(const CudaDynamicAttention&) = delete;
+
+  // Selects on q and k, then attends (validates like cuda_attention).
+  void run(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+           const TensorView* lse = nullptr, void* stream = nullptr);
+  // The two halves of run(), for timing them apart.
+  void select(const TensorView& q, const TensorView& k, void* stream = nullptr);
+  void attend(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+              const TensorView* lse = nullptr, void* stream = nullptr);
+  // The last selection's mask of batch element b, copied to the host (waits for the device).
+  BlockMask mask(int64_t b) const;
+
+ private:
+  std::unique_ptr<cuda_detail::DynamicAttention> impl_;
+  double scale_;
+};
 
 }  // namespace spattn

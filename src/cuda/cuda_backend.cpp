@@ -5,13 +5,16 @@
 
 #include <cmath>
 #include <cstdint>
+#include <memory>
 
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/fwd_params.hpp"
 #include "cuda/common/scratch_pool.hpp"
+#include "cuda/fwd_sm80/dilated_permute.hpp"
 #include "cuda/fwd_sm80/fwd_sm80.hpp"
 #include "cuda/naive/naive_attention.hpp"
 #include "cuda/plan/device_plan.hpp"
+#include "cuda/select/dynamic_attention.hpp"
 #include "spattn/attention.hpp"
 #include "spattn/cuda.hpp"
 #include "spattn/error.hpp"
@@ -22,6 +25,20 @@ namespace {
 using cuda_detail::check_cuda;
 
 constexpr double kLog2e = 1.4426950408889634;
+
+// Stream-ordered scratch returned when the scope ends (also on a throw).
+class ScopedScratch {
+ public:
+  ScopedScratch(size_t bytes, cudaStream_t stream) : stream_(stream), ptr_(cuda_detail::scratch_alloc(bytes, stream)) {}
+  ~ScopedScratch() { cuda_detail::scratch_free(ptr_, stream_); }
+  ScopedScratch(const ScopedScratch&) = delete;
+  ScopedScratch& operator=(const ScopedScratch&) = delete;
+  void* get() const { return ptr_; }
+
+ private:
+  cudaStream_t stream_;
+  void* ptr_;
+};
 
 // Unit stride along D, other strides and the base aligned to `align_elems` elements.
 void check_layout(const TensorView& t, const char* name, int64_t align_elems) {
@@ -79,6 +96,96 @@ cuda_detail::FwdParams make_params(const TensorView& q, const TensorView& k, con
   return p;
 }
 
+// The fused kernel with p.plan; split rows write partial results to
+// stream-ordered scratch (from a pool that keeps its memory: no
+// synchronisation, capturable in a graph).
+void run_fused(cuda_detail::FwdParams p, DType dtype, cudaStream_t s) {
+  if (p.plan.num_split_rows == 0) return cuda_detail::run_fwd_sm80(p, dtype, s);
+  const int64_t o_floats = cuda_detail::partial_o_floats(p), lse_floats = cuda_detail::partial_lse_floats(p);
+  ScopedScratch scratch(static_cast<size_t>(o_floats + lse_floats) * sizeof(float), s);
+  p.partial_o = static_cast<float*>(scratch.get());
+  p.partial_lse = p.partial_o + o_floats;
+  cuda_detail::run_fwd_sm80(p, dtype, s);
+}
+
+// A dilated term through the token permutation (cuda/plan/dilated_split.hpp):
+// the rest of the pattern into out and the LSE (the caller's or scratch), the
+// gather of q, k, v into (segment, residue) groups, block-diagonal attention
+// over them (less the rest's full runs) into fp32 scratch, and the merge back
+// into out and the LSE.
+void run_dilated_split(const cuda_detail::DilatedSplit& split, const cuda_detail::FwdParams& p, DType dtype,
+                       cudaStream_t s) {
+  cuda_detail::PermuteGeometry g;
+  g.batch = p.batch;
+  g.heads = p.q_heads;
+  g.head_dim = p.head_dim;
+  g.segment = split.segment;
+  g.rate = split.rate;
+  g.group = split.group;
+  g.num_segments = split.num_segments;
+  g.first_position = split.first_position;
+  const int64_t n = g.num_segments * g.group, elems = g.rows() * g.head_dim;
+  const int64_t lse_floats = p.lse ? 0 : p.batch * p.q_heads * p.q_len;
+  // Sub-buffers in 256-byte units: q, k, v (2-byte elements), O (fp32), LSEs.
+  auto units = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
+  const int64_t qkv_bytes = units(elems * 2), o_bytes = units(elems * 4), lse_bytes = units(g.rows() * 4);
+  ScopedScratch scratch(static_cast<size_t>(3 * qkv_bytes + o_bytes + lse_bytes + units(lse_floats * 4)), s);
+  char* at = static_cast<char*>(scratch.get());
+  void* qp = at;
+  void* kp = at + qkv_bytes;
+  void* vp = at + 2 * qkv_bytes;
+  auto* op = reinterpret_cast<float*>(at + 3 * qkv_bytes);
+  auto* lsep = reinterpret_cast<float*>(at + 3 * qkv_bytes + o_bytes);
+
+  cuda_detail::FwdParams rest = p;
+  if (!p.lse) {
+    rest.lse = reinterpret_cast<float*>(at + 3 * qkv_bytes + o_bytes + lse_bytes);
+    rest.lse_stride_b = p.q_heads * p.q_len;
+    rest.lse_stride_h = p.q_len;
+    rest.lse_stride_l = 1;
+  }
+  rest.mask = cuda_detail::device_mask(split.rest, s);
+  rest.plan = cuda_detail::device_tile_plan(split.rest, cuda_detail::kSm80Tile, s);
+  rest.exclude.kind = cuda_detail::Exclusion::Rest;
+  rest.exclude.causal = split.causal;
+  rest.exclude.segment = split.segment;
+  rest.exclude.rate = split.rate;
+  rest.exclude.p_lo = split.first_position;
+  rest.exclude.p_hi = split.first_position + split.num_segments * split.segment;
+
+  cuda_detail::FwdParams perm = p;
+  const cuda_detail::TensorArg packed{nullptr, p.q_heads * n * p.head_dim, n * p.head_dim, p.head_dim};
+  perm.q = perm.k = perm.v = perm.out = packed;
+  perm.q.data = qp;
+  perm.k.data = kp;
+  perm.v.data = vp;
+  perm.out.data = op;
+  perm.out_f32 = true;
+  perm.lse = lsep;
+  perm.lse_stride_b = p.q_heads * n;
+  perm.lse_stride_h = n;
+  perm.lse_stride_l = 1;
+  perm.kv_heads = p.q_heads;
+  perm.q_len = perm.k_len = n;
+  perm.exclude = rest.exclude;
+  perm.exclude.kind = cuda_detail::Exclusion::FullRuns;
+  perm.exclude.group = split.group;
+  perm.exclude.shift = p.k_len - p.q_len;
+  perm.exclude.block_q = split.rest.block_q();
+  perm.exclude.num_q_blocks = split.rest.num_q_blocks();
+  perm.exclude.runs = cuda_detail::device_table(split.rest, split.full_runs, s);
+  perm.exclude.runs_per_head = split.rest.num_heads() != 1;
+  perm.mask = cuda_detail::device_mask(split.permuted, s);
+  perm.plan = cuda_detail::device_tile_plan(split.permuted, cuda_detail::kSm80Tile, s);
+
+  run_fused(rest, dtype, s);
+  cuda_detail::launch_dilated_gather(g, p.q, 1, p.k_len - p.q_len, qp, dtype, s);
+  cuda_detail::launch_dilated_gather(g, p.k, p.q_heads / p.kv_heads, 0, kp, dtype, s);
+  cuda_detail::launch_dilated_gather(g, p.v, p.q_heads / p.kv_heads, 0, vp, dtype, s);
+  run_fused(perm, dtype, s);
+  cuda_detail::launch_dilated_merge(g, rest, op, lsep, dtype, s);
+}
+
 }  // namespace
 
 bool cuda_is_device_pointer(const void* p) {
@@ -102,6 +209,12 @@ int cuda_device_count() {
 void cuda_prepare_mask(const BlockMask& mask) {
   const cuda_detail::DeviceTilePlanView plan = cuda_detail::device_tile_plan(mask, cuda_detail::kSm80Tile, nullptr);
   if (plan.num_split_rows > 0) cuda_detail::scratch_pool();
+  if (const auto split = cuda_detail::dilated_split(mask, cuda_detail::kSm80Tile)) {
+    cuda_detail::device_tile_plan(split->rest, cuda_detail::kSm80Tile, nullptr);
+    cuda_detail::device_tile_plan(split->permuted, cuda_detail::kSm80Tile, nullptr);
+    cuda_detail::device_table(split->rest, split->full_runs, nullptr);
+    cuda_detail::scratch_pool();
+  }
 }
 
 void cuda_attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
@@ -110,22 +223,11 @@ void cuda_attention(const TensorView& q, const TensorView& k, const TensorView& 
   cuda_detail::check_fwd_sm80_head_dim(p.head_dim);
   cuda_detail::check_tile_fit(mask, cuda_detail::kSm80Tile);
   const auto s = static_cast<cudaStream_t>(stream);
+  const std::shared_ptr<const cuda_detail::DilatedSplit> split = cuda_detail::dilated_split(mask, cuda_detail::kSm80Tile);
+  if (split && split->query_heads == p.q_heads) return run_dilated_split(*split, p, q.dtype, s);
   p.mask = cuda_detail::device_mask(mask, s);
   p.plan = cuda_detail::device_tile_plan(mask, cuda_detail::kSm80Tile, s);
-  if (p.plan.num_split_rows == 0) return cuda_detail::run_fwd_sm80(p, q.dtype, s);
-  // Split rows write partial results to stream-ordered scratch (from a pool
-  // that keeps its memory: no synchronisation, capturable in a graph).
-  const int64_t o_floats = cuda_detail::partial_o_floats(p), lse_floats = cuda_detail::partial_lse_floats(p);
-  void* scratch = cuda_detail::scratch_alloc(static_cast<size_t>(o_floats + lse_floats) * sizeof(float), s);
-  p.partial_o = static_cast<float*>(scratch);
-  p.partial_lse = p.partial_o + o_floats;
-  try {
-    cuda_detail::run_fwd_sm80(p, q.dtype, s);
-  } catch (...) {
-    cuda_detail::scratch_free(scratch, s);
-    throw;
-  }
-  cuda_detail::scratch_free(scratch, s);
+  run_fused(p, q.dtype, s);
 }
 
 void cuda_naive_attention(const TensorView& q, const TensorView& k, const TensorView& v,
@@ -136,5 +238,36 @@ void cuda_naive_attention(const TensorView& q, const TensorView& k, const Tensor
   p.mask = cuda_detail::device_mask(mask, s);
   cuda_detail::run_naive(p, q.dtype, s);
 }
+
+CudaDynamicAttention::CudaDynamicAttention(const SelectConfig& config, int64_t batch, int64_t q_heads,
+                                           int64_t kv_heads, int64_t q_len, int64_t k_len, int64_t head_dim,
+                                           double scale)
+    : scale_(scale) {
+  require(std::isfinite(scale) && scale > 0, "CUDA backend: scale must be finite and > 0, got ", scale);
+  SelectConfig c = config;
+  if (!c.scale) c.scale = scale;
+  impl_ = std::make_unique<cuda_detail::DynamicAttention>(
+      c, cuda_detail::SelectShape{batch, q_heads, kv_heads, q_len, k_len, head_dim});
+}
+
+CudaDynamicAttention::~CudaDynamicAttention() = default;
+
+void CudaDynamicAttention::select(const TensorView& q, const TensorView& k, void* stream) {
+  impl_->select(q, k, static_cast<cudaStream_t>(stream));
+}
+
+void CudaDynamicAttention::attend(const TensorView& q, const TensorView& k, const TensorView& v,
+                                  const TensorView& out, const TensorView* lse, void* stream) {
+  const cuda_detail::FwdParams p = make_params(q, k, v, out, impl_->shape_mask(), scale_, lse);
+  impl_->attend(p, q.dtype, static_cast<cudaStream_t>(stream));
+}
+
+void CudaDynamicAttention::run(const TensorView& q, const TensorView& k, const TensorView& v,
+                               const TensorView& out, const TensorView* lse, void* stream) {
+  select(q, k, stream);
+  attend(q, k, v, out, lse, stream);
+}
+
+BlockMask CudaDynamicAttention::mask(int64_t b) const { return impl_->mask(b); }
 
 }  // namespace spattn

@@ -1,5 +1,6 @@
 // tests/cpp/gpu_test_cuda_api.cpp - the CUDA backend's contract beyond the
-// numbers: the tile plan (host-only, runs without a GPU), input errors that
+// numbers: the tile plan and the dilated split (host-only, run without a
+// GPU), input errors that
 // name the offending value, capture of an attention call in a CUDA graph, and
 // dispatch through attention().
 #include <cuda_runtime_api.h>
@@ -7,11 +8,13 @@
 
 #include <algorithm>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "cuda/common/row_key_bits.hpp"
+#include "cuda/plan/dilated_split.hpp"
 #include "cuda/plan/tile_plan.hpp"
 #include "gpu_test_support.hpp"
 #include "pattern_cases.hpp"
@@ -128,6 +131,82 @@ TEST(CudaTilePlan, RejectsBlocksThatDoNotFitTheTile) {
   }
 }
 
+// Every pair of the mask is computed by exactly one pass of its dilated split:
+// the permuted pass (the chosen term's pairs in regular segments outside the
+// rest's full runs, found again through the permuted block-diagonal mask) or
+// the rest (its full blocks whole, its partial blocks less the term's regular
+// pairs).
+void expect_split_partitions_the_mask(const Pattern& pattern, int64_t lq, int64_t lk, int64_t heads, int64_t block) {
+  SCOPED_TRACE(pattern.describe() + " Lq " + std::to_string(lq) + " Lk " + std::to_string(lk) + " block " +
+               std::to_string(block));
+  const BlockMask mask = BlockMask::build(pattern, MaskShape{lq, lk, block, block, heads});
+  const auto split = cuda_detail::make_dilated_split(mask, TileShape{128, 64});
+  ASSERT_NE(split, nullptr);
+  const int64_t w = split->segment, r = split->rate, shift = lk - lq;
+  const int64_t p_hi = split->first_position + split->num_segments * w;
+  int64_t permuted_pairs = 0, run_pairs = 0;
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < lq; ++i) {
+      const int32_t* run = &split->full_runs[2 * (h * split->rest.num_q_blocks() + i / block)];
+      for (int64_t j = 0; j < lk; ++j) {
+        const int64_t p = i + shift;
+        const bool regular = p >= split->first_position && p < p_hi && p / w == j / w;
+        const bool in_term = regular && p % r == h % r && j % r == h % r && (!split->causal || j <= p);
+        const bool in_run = j >= run[0] && j < run[1];
+        const bool permuted = in_term && !in_run;
+        if (permuted) {  // its place in the permuted sequence
+          const int64_t base = (p / w - split->first_position / w) * split->group;
+          EXPECT_TRUE(split->permuted.allowed(0, 1, base + (p % w) / r, base + (j % w) / r));
+          ++permuted_pairs;
+        }
+        run_pairs += in_term && in_run;
+        const bool rest = (!in_term || in_run) && split->rest.allowed(h, heads, i, j);
+        ASSERT_EQ(mask.allowed(h, heads, i, j), permuted || rest) << "h " << h << " i " << i << " j " << j;
+      }
+    }
+  EXPECT_EQ(split->permuted.kept_pairs(1) * heads, permuted_pairs + run_pairs);
+  EXPECT_LE(split->rest.num_blocks(), mask.num_blocks());
+}
+
+TEST(CudaDilatedSplit, PartitionsEveryPairOnce) {
+  const Pattern bench = Pattern::unite(Pattern::dilated({256}, {4}, true), Pattern::sliding_window(64));
+  expect_split_partitions_the_mask(bench, 1024, 1024, 4, 128);
+  expect_split_partitions_the_mask(bench, 1024, 1024, 4, 64);   // no full runs (blocks below the tile)
+  expect_split_partitions_the_mask(bench, 1000, 1000, 5, 32);   // ragged last segment, 5 heads
+  expect_split_partitions_the_mask(bench, 700, 1100, 4, 128);   // Lq < Lk: ragged first segment
+  expect_split_partitions_the_mask(bench, 1100, 700, 4, 128);   // Lq > Lk: rows before position 0
+  expect_split_partitions_the_mask(Pattern::unite(Pattern::dilated({512}, {4}, true), Pattern::causal()), 1500,
+                                   1500, 4, 128);
+  expect_split_partitions_the_mask(Pattern::dilated({128, 512}, {2, 4}, false), 900, 900, 4, 64);
+  expect_split_partitions_the_mask(
+      Pattern::unite(Pattern::dilated({512}, {8}, false), Pattern::streaming(16, 100)), 777, 777, 8, 16);
+}
+
+TEST(CudaDilatedSplit, OnlyWhereThePermutationIsExact) {
+  auto split_of = [](const Pattern& pattern, int64_t block) {
+    return cuda_detail::make_dilated_split(BlockMask::build(pattern, MaskShape{1024, 1024, block, block, 4}),
+                                           TileShape{128, 64});
+  };
+  EXPECT_EQ(split_of(Pattern::causal(), 128), nullptr);
+  EXPECT_EQ(split_of(Pattern::dilated({300}, {7}), 128), nullptr);  // 300 % 7 != 0
+  EXPECT_EQ(split_of(Pattern::dilated({128}, {4}), 128), nullptr);  // groups of 32
+  EXPECT_EQ(split_of(Pattern::dilated({2048}, {4}), 128), nullptr);  // no whole segment
+  EXPECT_EQ(split_of(Pattern::unite(Pattern::dilated({256}, {2}), Pattern::longformer(64, {0})), 64), nullptr);
+  EXPECT_EQ(split_of(Pattern::intersect(Pattern::dilated({256}, {2}), Pattern::sliding_window(64)), 64), nullptr);
+  EXPECT_NE(split_of(Pattern::dilated({256}, {2}), 64), nullptr);
+  // A mask that is not the pattern's whole plan keeps its own blocks.
+  const BlockMask whole = BlockMask::build(Pattern::dilated({256}, {2}), MaskShape{1024, 1024, 128, 128, 4});
+  std::vector<int64_t> offsets = whole.row_offsets();
+  std::vector<int32_t> indices = whole.kv_indices();
+  std::vector<uint8_t> full = whole.kv_full();
+  indices.pop_back();
+  full.pop_back();
+  offsets.back() -= 1;
+  const BlockMask part(1024, 1024, 128, 128, 4, offsets, indices, full,
+                       std::make_shared<Pattern>(Pattern::dilated({256}, {2})));
+  EXPECT_EQ(cuda_detail::make_dilated_split(part, TileShape{128, 64}), nullptr);
+}
+
 TEST(CudaRowKeyBits, SpanFormAgreesWithThePredicate) {
   std::mt19937_64 rng(12);
   constexpr int kNAtoms = 8;  // 64-key tiles, 16 columns per thread
@@ -233,6 +312,9 @@ TEST(CudaBackend, AttentionCallCapturedInAGraph) {
   expect_graph_replay_matches(Pattern::streaming(8, 100), 300, 2);
   // With split rows: the scratch allocation and the merge are captured too.
   expect_graph_replay_matches(Pattern::longformer(64, {0}), 2200, 1);
+  // A dilated split without a caller's LSE: gather, two passes, merge, scratch.
+  expect_graph_replay_matches(Pattern::unite(Pattern::dilated({256}, {4}, true), Pattern::sliding_window(64)),
+                              1000, 4);
 }
 
 TEST(CudaBackend, CaptureWithoutAPreparedMaskIsRefused) {

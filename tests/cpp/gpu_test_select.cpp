@@ -10,7 +10,10 @@
 // without its weakest block must lie within kTieTolerance of tau; such rows
 // must stay under 1%. Also: a run captured in a CUDA graph gives the same
 // mask, tau = 1 and large topk give every allowed block, the selected mask
-// runs through the fused kernel, and bad inputs are rejected.
+// runs through the fused kernel, CudaDynamicAttention (select then attend on
+// the device) equals the fused kernel run on its downloaded masks and the
+// fp64 reference, also when replayed from a CUDA graph, and bad inputs are
+// rejected.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,6 +25,7 @@
 
 #include "cuda/select/block_selector.hpp"
 #include "gpu_test_support.hpp"
+#include "spattn/cuda.hpp"
 #include "spattn/select.hpp"
 
 namespace spattn::testing {
@@ -82,6 +86,23 @@ std::vector<std::vector<double>> host_probabilities(const HostTensor& q, const H
       rows.push_back(prob);
     }
   return rows;
+}
+
+// Batch element b of a (B, H, L, D) view, as a view with B = 1.
+TensorView batch_slice(const TensorView& t, int64_t b) {
+  TensorView s = t;
+  s.data = static_cast<unsigned char*>(t.data) + b * t.stride[0] * dtype_size(t.dtype);
+  s.shape[0] = 1;
+  return s;
+}
+
+// Batch element b of a contiguous host tensor, as its own tensor.
+HostTensor batch_copy(const HostTensor& t, int64_t b) {
+  HostTensor c(t.view.dtype, 1, t.view.heads(), t.view.seq_len(), t.view.head_dim());
+  const size_t bytes = c.bytes.size();
+  std::copy(t.bytes.begin() + static_cast<std::ptrdiff_t>(b * bytes),
+            t.bytes.begin() + static_cast<std::ptrdiff_t>((b + 1) * bytes), c.bytes.begin());
+  return c;
 }
 
 std::vector<int32_t> row_blocks(const BlockMask& m, int64_t r) {
@@ -276,6 +297,101 @@ TEST(GpuSelect, SelectedMaskRunsThroughTheFusedKernel) {
   EXPECT_LT(relative_error(out.to_double(), ref.to_double()), out_tolerance(DType::BF16));
 }
 
+// Select then attend on the device: batch elements with their own masks,
+// GQA, odd lengths, Lq != Lk, causal cuts, per-query-head masks, budgets.
+TEST(GpuSelect, DynamicAttentionEqualsTheStaticRunOfItsMasks) {
+  SPATTN_REQUIRE_GPU();
+  struct Case {
+    int64_t batch, Hq, Hkv, Lq, Lk;
+    SelectConfig config;
+  };
+  const Case cases[] = {
+      {2, 8, 2, 1500, 1500, make_config(128, 128, {}, 0.9, true, 1, 2, 0, 6, false)},
+      {1, 4, 4, 1000, 1700, make_config(128, 64, 5, {}, true, 1, 1, 0, 0, true)},
+      {2, 4, 1, 900, 900, make_config(256, 128, 3, {}, false, 1, 1, 0, 0, false)},
+  };
+  std::mt19937_64 rng(304);
+  const double scale = 1.0 / std::sqrt(128.0);
+  for (const Case& t : cases) {
+    SCOPED_TRACE(::testing::Message() << "B=" << t.batch << " Hq=" << t.Hq << " Hkv=" << t.Hkv
+                                      << " Lq=" << t.Lq << " Lk=" << t.Lk);
+    HostTensor q(DType::BF16, t.batch, t.Hq, t.Lq, 128), k(DType::BF16, t.batch, t.Hkv, t.Lk, 128),
+        v(DType::BF16, t.batch, t.Hkv, t.Lk, 128);
+    StructuredQKConfig s;
+    s.seed = static_cast<uint64_t>(t.Lq);
+    make_structured_qk(q.view, k.view, s);
+    v.fill_random(rng);
+    DeviceTensor dq(q), dk(k), dv(v);
+    HostTensor out(DType::F32, t.batch, t.Hq, t.Lq, 128), lse(DType::F32, t.batch, t.Hq, t.Lq, 1);
+    DeviceTensor dout(out), dlse(lse);
+    dout.poison();
+    dlse.poison();
+    const TensorView lse_view = dlse.view();
+    CudaDynamicAttention dynamic(t.config, t.batch, t.Hq, t.Hkv, t.Lq, t.Lk, 128, scale);
+    dynamic.run(dq.view(), dk.view(), dv.view(), dout.view(), &lse_view);
+    cuda_ok(cudaDeviceSynchronize(), "dynamic attention");
+    dout.copy_to(out);
+    dlse.copy_to(lse);
+
+    HostTensor want(DType::F32, 1, t.Hq, t.Lq, 128), want_lse(DType::F32, 1, t.Hq, t.Lq, 1);
+    HostTensor ref(DType::F64, 1, t.Hq, t.Lq, 128);
+    DeviceTensor dwant(want), dwant_lse(want_lse);
+    const TensorView want_lse_view = dwant_lse.view();
+    for (int64_t b = 0; b < t.batch; ++b) {
+      const BlockMask mask = dynamic.mask(b);
+      EXPECT_EQ(mask.num_heads(), t.config.per_query_head ? t.Hq : t.Hkv);
+      EXPECT_LT(mask.density(t.Hq), 0.9);
+      dwant.poison();
+      cuda_attention(batch_slice(dq.view(), b), batch_slice(dk.view(), b), batch_slice(dv.view(), b),
+                     dwant.view(), mask, scale, &want_lse_view);
+      cuda_ok(cudaDeviceSynchronize(), "static attention");
+      dwant.copy_to(want);
+      dwant_lse.copy_to(want_lse);
+      const HostTensor got = batch_copy(out, b), got_lse = batch_copy(lse, b);
+      EXPECT_EQ(got.bytes, want.bytes) << "batch " << b;
+      EXPECT_EQ(got_lse.bytes, want_lse.bytes) << "batch " << b;
+      reference_attention(batch_slice(q.view, b), batch_slice(k.view, b), batch_slice(v.view, b), ref.view,
+                          mask, scale, nullptr);
+      EXPECT_LT(relative_error(got.to_double(), ref.to_double()), out_tolerance(DType::BF16)) << "batch " << b;
+    }
+  }
+}
+
+TEST(GpuSelect, DynamicAttentionReplaysFromACudaGraph) {
+  SPATTN_REQUIRE_GPU();
+  HostTensor q(DType::BF16, 1, 8, 2048, 128), k(DType::BF16, 1, 2, 2048, 128), v(DType::BF16, 1, 2, 2048, 128);
+  StructuredQKConfig s;
+  s.seed = 5;
+  make_structured_qk(q.view, k.view, s);
+  std::mt19937_64 rng(305);
+  v.fill_random(rng);
+  DeviceTensor dq(q), dk(k), dv(v);
+  HostTensor eager(DType::BF16, 1, 8, 2048, 128), replayed(DType::BF16, 1, 8, 2048, 128);
+  DeviceTensor dout(eager);
+  CudaDynamicAttention dynamic(make_config(128, 128, {}, 0.9, true, 1, 2, 0, 8, false), 1, 8, 2, 2048, 2048,
+                               128, 1.0 / std::sqrt(128.0));
+  dynamic.run(dq.view(), dk.view(), dv.view(), dout.view());
+  cuda_ok(cudaDeviceSynchronize(), "dynamic attention");
+  dout.copy_to(eager);
+
+  cudaStream_t stream = nullptr;
+  cuda_ok(cudaStreamCreate(&stream), "cudaStreamCreate");
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+  dynamic.run(dq.view(), dk.view(), dv.view(), dout.view(), nullptr, stream);
+  cuda_ok(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+  cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  dout.poison();
+  cuda_ok(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+  cuda_ok(cudaStreamSynchronize(stream), "graph replay");
+  dout.copy_to(replayed);
+  EXPECT_EQ(replayed.bytes, eager.bytes);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
 TEST(GpuSelect, RejectsWhatItCannotRun) {
   SPATTN_REQUIRE_GPU();
   HostTensor q(DType::BF16, 1, 2, 256, 64), k(DType::BF16, 1, 2, 256, 64);
@@ -291,6 +407,8 @@ TEST(GpuSelect, RejectsWhatItCannotRun) {
   DeviceTensor dq(q), dother(other);
   EXPECT_THROW(selector.run(dq.view(), dother.view(), nullptr), Error);  // shape differs
   EXPECT_THROW(selector.view(1), Error);
+  const SelectConfig untiled = make_config(64, 64, 2, {}, true, 1, 1, 0, 0, false);
+  EXPECT_THROW(CudaDynamicAttention(untiled, 1, 2, 2, 256, 256, 64, 0.125), Error);  // block_q < 128
 }
 
 }  // namespace

@@ -2,15 +2,19 @@
 // dynamic_pattern.hpp).
 //
 // run: on host backends the selection is select_blocks_batched (each phase
-// time is the median over the timed calls); on the CUDA backend it is the
-// device selector (three kernels, timed to completion) and the chosen masks
-// are copied back once, then run as static masks. Each timing is the median
-// after one warm-up (time_median). Recall and output error come from
-// selection_quality on --quality-rows rows per (batch, head).
+// time is the median over the timed calls; time_median, after one warm-up).
+// On the CUDA backend every time is the median of CUDA-event intervals after
+// one warm-up: the selector's phases (pooling, scoring with ordering), the
+// selection that feeds the fused path (CudaDynamicAttention::select: pooling,
+// scoring, work items), the attention on the selected blocks, the
+// end-to-end select-then-attend, and the chosen masks copied back once and
+// run as static masks. Recall and output error come from selection_quality
+// on --quality-rows rows per (batch, head).
 #include "dynamic_pattern.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <iostream>
 #include <limits>
 #include <random>
@@ -23,7 +27,10 @@
 #include "text_table.hpp"
 
 #if defined(SPATTN_HAVE_CUDA)
+#include <cuda_runtime_api.h>
+
 #include "cuda/select/block_selector.hpp"
+#include "spattn/cuda.hpp"
 #endif
 
 namespace spattn::cli {
@@ -79,10 +86,14 @@ struct Inputs {
 
 struct DynamicResult {
   std::vector<BlockMask> masks;
-  bool phases_known = false;  // host selection only
+  bool phases_known = false;
   SelectBreakdown phases;     // per call
   Timing selection, attention, dense;
   bool dense_timed = false;
+  // CUDA: CudaDynamicAttention's attention on its own selection, and select
+  // then attend in one queue (end to end).
+  Timing fused_attention, fused;
+  bool fused_timed = false;
   SelectionQuality quality;
   bool checked = false;
   double error = 0.0, tolerance = 0.0;
@@ -129,6 +140,39 @@ void run_on_host(const ProblemShape& s, Backend backend, const SelectConfig& c, 
   r.attention = time_median([&] { attend_all(q, k, v, out, r.masks, options); }, repeats, kNoBudget);
 }
 
+#if defined(SPATTN_HAVE_CUDA)
+// Median device time of each phase (queued in order on the default stream)
+// over `repeats` rounds after one warm-up round, from CUDA events.
+std::vector<double> device_phase_medians(const std::vector<std::function<void()>>& phases, int64_t repeats) {
+  std::vector<cudaEvent_t> events(phases.size() + 1);
+  for (cudaEvent_t& e : events) cudaEventCreate(&e);
+  std::vector<std::vector<double>> samples(phases.size());
+  for (int64_t round = 0; round <= repeats; ++round) {
+    cudaEventRecord(events[0]);
+    for (size_t n = 0; n < phases.size(); ++n) {
+      phases[n]();
+      cudaEventRecord(events[n + 1]);
+    }
+    require(cudaEventSynchronize(events.back()) == cudaSuccess, "CUDA error while timing: ",
+            cudaGetErrorString(cudaGetLastError()));
+    if (round == 0) continue;  // the warm-up
+    for (size_t n = 0; n < phases.size(); ++n) {
+      float ms = 0.0f;
+      cudaEventElapsedTime(&ms, events[n], events[n + 1]);
+      samples[n].push_back(1e-3 * ms);
+    }
+  }
+  for (cudaEvent_t e : events) cudaEventDestroy(e);
+  std::vector<double> medians;
+  for (std::vector<double>& x : samples) {
+    std::sort(x.begin(), x.end());
+    const size_t mid = x.size() / 2;
+    medians.push_back(x.size() % 2 ? x[mid] : 0.5 * (x[mid - 1] + x[mid]));
+  }
+  return medians;
+}
+#endif
+
 void run_on_device(const ProblemShape& s, const SelectConfig& c, int64_t repeats, bool vs_dense, Inputs& in,
                    DynamicResult& r) {
 #if defined(SPATTN_HAVE_CUDA)
@@ -138,29 +182,35 @@ void run_on_device(const ProblemShape& s, const SelectConfig& c, int64_t repeats
   const TensorView q = dev.view(0), k = dev.view(1), v = dev.view(2), out = dev.view(3);
   if (vs_dense) {
     const std::vector<BlockMask> dense = dense_masks(s, c);
-    r.dense = time_median(
-        [&] {
-          attend_all(q, k, v, out, dense, options);
-          dev.synchronize();
-        },
-        repeats, kNoBudget);
+    r.dense.median_s = device_phase_medians({[&] { attend_all(q, k, v, out, dense, options); }}, repeats)[0];
     r.dense_timed = true;
   }
   cuda_detail::BlockSelector selector(
       c, cuda_detail::SelectShape{s.batch, s.heads, s.kv_heads, s.q_len, s.k_len, s.head_dim});
-  r.selection = time_median(
-      [&] {
-        selector.run(q, k, nullptr);
-        dev.synchronize();
-      },
-      repeats, kNoBudget);
+  const std::vector<double> phases = device_phase_medians(
+      {[&] { selector.pool(q, k, nullptr); }, [&] { selector.score_select(nullptr); },
+       [&] { selector.pack(nullptr); }},
+      repeats);
+  r.phases_known = true;
+  r.phases.pooling_s = phases[0];
+  r.phases.scoring_s = phases[1];
+  r.phases.selection_s = phases[2];
+  r.selection.median_s = phases[0] + phases[1] + phases[2];
   for (int64_t b = 0; b < s.batch; ++b) r.masks.push_back(selector.download(b));
-  r.attention = time_median(
-      [&] {
-        attend_all(q, k, v, out, r.masks, options);
-        dev.synchronize();
-      },
-      repeats, kNoBudget);
+  r.attention.median_s = device_phase_medians({[&] { attend_all(q, k, v, out, r.masks, options); }}, repeats)[0];
+  if (c.block_q % 128 == 0 && c.block_k % 64 == 0) {  // the fused kernel's tile
+    CudaDynamicAttention dynamic(c, s.batch, s.heads, s.kv_heads, s.q_len, s.k_len, s.head_dim,
+                                 1.0 / std::sqrt(static_cast<double>(s.head_dim)));
+    const std::vector<double> fused = device_phase_medians(
+        {[&] { dynamic.select(q, k); }, [&] { dynamic.attend(q, k, v, out); }}, repeats);
+    // The fused path's selection: pooling and scoring as above, then the work
+    // items instead of the packing.
+    r.phases.selection_s = std::max(0.0, fused[0] - phases[0] - phases[1]);
+    r.selection.median_s = fused[0];
+    r.fused_attention.median_s = fused[1];
+    r.fused.median_s = device_phase_medians({[&] { dynamic.run(q, k, v, out); }}, repeats)[0];
+    r.fused_timed = true;
+  }
   dev.copy_to_host(3, in.out);
 #else
   (void)s, (void)c, (void)repeats, (void)vs_dense, (void)in, (void)r;
@@ -207,12 +257,19 @@ void print_table(const ProblemShape& s, Backend backend, const SelectConfig& c, 
   if (r.phases_known)
     os << " (pooling " << format_seconds(r.phases.pooling_s) << ", scoring "
        << format_seconds(r.phases.scoring_s) << ", selection " << format_seconds(r.phases.selection_s) << ")";
-  os << ", " << format_general(100.0 * r.selection.median_s / r.attention.median_s) << "% of the attention\n";
-  os << "attention   " << format_seconds(r.attention.median_s) << " on the chosen blocks\n";
+  const double attention_s = r.fused_timed ? r.fused_attention.median_s : r.attention.median_s;
+  os << ", " << format_general(100.0 * r.selection.median_s / attention_s) << "% of the attention\n";
+  os << "attention   " << format_seconds(r.attention.median_s) << " on the chosen blocks as static masks";
+  if (r.fused_timed) os << ", " << format_seconds(r.fused_attention.median_s) << " on the device-built arrays";
+  os << "\n";
   os << "total       " << format_seconds(total_s) << "\n";
+  if (r.fused_timed)
+    os << "end-to-end  " << format_seconds(r.fused.median_s)
+       << " (select then attend on the device, no host synchronisation between)\n";
   if (r.dense_timed)
     os << "dense       " << format_seconds(r.dense.median_s) << " (" << (c.causal ? "causal" : "dense")
-       << " attention; dynamic is " << format_ratio(r.dense.median_s / total_s) << " faster)\n";
+       << " attention; dynamic is "
+       << format_ratio(r.dense.median_s / (r.fused_timed ? r.fused.median_s : total_s)) << " faster)\n";
   os << "quality     recall " << format_general(r.quality.recall_mean, 4) << " mean, "
      << format_general(r.quality.recall_min, 4) << " worst; output error "
      << format_general(r.quality.output_error) << " vs " << (c.causal ? "causal" : "dense") << " attention ("
@@ -242,6 +299,16 @@ void print_json(const ProblemShape& s, Backend backend, const SelectConfig& c, c
   }
   j.field("attention_ms", r.attention.median_s * 1e3);
   j.field("total_ms", (r.selection.median_s + r.attention.median_s) * 1e3);
+  j.key("fused_attention_ms");
+  if (r.fused_timed)
+    j.value(r.fused_attention.median_s * 1e3);
+  else
+    j.null();
+  j.key("end_to_end_ms");
+  if (r.fused_timed)
+    j.value(r.fused.median_s * 1e3);
+  else
+    j.null();
   j.key("dense_ms");
   if (r.dense_timed)
     j.value(r.dense.median_s * 1e3);

@@ -2,12 +2,18 @@
 #include "host_tensor.hpp"
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <new>
 
 #include "spattn/error.hpp"
 
 namespace spattn::cli {
+namespace {
+
+constexpr uintptr_t kAlignment = 64;  // bytes
+
+}  // namespace
 
 Layout parse_layout(const std::string& name) {
   if (name == "bhld") return Layout::BHLD;
@@ -29,12 +35,14 @@ HostTensor::HostTensor(const std::string& what, DType dtype, int64_t B, int64_t 
   }
   const int64_t size = count * dtype_size(dtype);
   try {
-    bytes_.resize(static_cast<size_t>(size));
+    bytes_.resize(static_cast<size_t>(size) + kAlignment - 1);
   } catch (const std::bad_alloc&) {
     fail(what, ": cannot allocate ", static_cast<double>(size) / (1 << 30), " GiB of host memory");
   }
-  view_ = layout == Layout::BHLD ? make_bhld(bytes_.data(), dtype, B, H, L, D)
-                                 : make_blhd(bytes_.data(), dtype, B, L, H, D);
+  size_ = size;
+  const uintptr_t misaligned = reinterpret_cast<uintptr_t>(bytes_.data()) % kAlignment;
+  unsigned char* data = bytes_.data() + (misaligned == 0 ? 0 : kAlignment - misaligned);
+  view_ = layout == Layout::BHLD ? make_bhld(data, dtype, B, H, L, D) : make_blhd(data, dtype, B, L, H, D);
 }
 
 void HostTensor::fill_normal(std::mt19937_64& rng) {
@@ -50,7 +58,9 @@ void HostTensor::poison() {
 }
 
 double relative_error(const TensorView& a, const TensorView& b) {
-  require(a.shape == b.shape, "relative_error: shapes differ");
+  require(a.shape == b.shape, "relative_error: shapes differ: (", a.shape[0], ", ", a.shape[1], ", ",
+          a.shape[2], ", ", a.shape[3], ") vs (", b.shape[0], ", ", b.shape[1], ", ", b.shape[2], ", ",
+          b.shape[3], ")");
   double diff = 0.0, norm_a = 0.0, norm_b = 0.0;
   for (int64_t n = 0; n < a.shape[0]; ++n)
     for (int64_t h = 0; h < a.shape[1]; ++h)

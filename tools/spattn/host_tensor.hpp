@@ -2,7 +2,8 @@
 //
 // A HostTensor is a byte buffer plus a TensorView on it, in either the
 // (B, H, L, D) or the (B, L, H, D) layout, filled with N(0, 1) values rounded
-// to its dtype. Sizes are checked for overflow before allocating.
+// to its dtype. Sizes are checked for overflow before allocating. The data
+// starts on a 64-byte boundary, as tensor allocators (PyTorch's included) give.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +27,7 @@ class HostTensor {
              Layout layout);
 
   const TensorView& view() const { return view_; }
-  int64_t bytes() const { return static_cast<int64_t>(bytes_.size()); }
+  int64_t bytes() const { return size_; }
 
   // Every element N(0, 1), rounded to the dtype.
   void fill_normal(std::mt19937_64& rng);
@@ -34,7 +35,8 @@ class HostTensor {
   void poison();
 
  private:
-  std::vector<unsigned char> bytes_;
+  std::vector<unsigned char> bytes_;  // size_ bytes from the first 64-byte boundary
+  int64_t size_ = 0;
   TensorView view_;
 };
 

@@ -19,6 +19,28 @@ struct TensorArg {
   }
 };
 
+// The pairs a pass of a dilated split (dilated_split.hpp) leaves to the other
+// pass, masked out in registers:
+//   Rest (partial tiles only): for rows at positions [p_lo, p_hi) congruent to
+//     h modulo `rate`, the keys of the row's segment with that residue (up to
+//     the row itself when causal);
+//   FullRuns (every tile; the permuted pass): for permuted row i (group
+//     i / group, member i % group, original position first_position +
+//     (i / group) * segment + h % rate + (i % group) * rate), the members of
+//     its group whose keys lie in the full run of the row's original query
+//     block: runs[2 * (head * num_q_blocks + block)] .. [+1] (end exclusive),
+//     head = h when runs_per_head, else 0.
+enum class Exclusion : int32_t { None = 0, Rest = 1, FullRuns = 2 };
+
+struct DilatedExclusion {
+  Exclusion kind = Exclusion::None;
+  int32_t causal = 0;
+  int64_t segment = 0, rate = 1, p_lo = 0, p_hi = 0;
+  int64_t group = 1, first_position = 0, shift = 0, block_q = 1, num_q_blocks = 0;
+  const int32_t* runs = nullptr;
+  bool runs_per_head = false;
+};
+
 struct FwdParams {
   TensorArg q, k, v, out;
   bool out_f32 = false;  // out holds fp32 instead of the input type
@@ -29,6 +51,7 @@ struct FwdParams {
   float scale_log2 = 1.0f;  // scale * log2(e): scores go through exp2
   DeviceMaskView mask;
   DeviceTilePlanView plan;  // fused kernel only
+  DilatedExclusion exclude;  // fused kernel only
   // Partial results of split rows (fused kernel, plan.num_slots > 0): per
   // (slot, batch * heads of a mask head, tile row) the normalised O (head_dim
   // floats) and the natural-log LSE.

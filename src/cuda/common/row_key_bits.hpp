@@ -78,6 +78,11 @@ SPATTN_HD uint32_t span_bits(int64_t lo, int64_t hi, int64_t stride, int64_t res
   // Column k is kept when (k / 2) * 8 + (k % 2) + base is a multiple of stride.
   const int m = static_cast<int>(stride);
   const int base = static_cast<int>(positive_mod(k0 + first_col - residue, stride));
+  if (8 % m == 0) {  // (k / 2) * 8 is a multiple of m: only k % 2 + base decides
+    const uint32_t even = base % m == 0 ? 0x55555555u : 0u;
+    const uint32_t odd = (base + 1) % m == 0 ? 0xAAAAAAAAu : 0u;
+    return run & (even | odd);
+  }
   uint32_t bits = 0;
   SPATTN_ROLLED_LOOP
   for (int k = k_lo; k < k_hi; ++k) {

@@ -8,7 +8,9 @@
 //   wait K(n); start loading V(n)            (cp.async)
 //   S = Q K(n)^T                             (ldmatrix + mma.m16n8k16, fp32)
 //   mask S: nothing on full tiles, key bounds on a ragged last tile, the
-//           sub-block bits and the pattern predicate on partial tiles
+//           sub-block bits and the pattern predicate on partial tiles; in
+//           the passes of a dilated split, the other pass's pairs
+//           (DilatedExclusion in fwd_params.hpp)
 //   online softmax in fp32 with exp2: P = exp2(S * scale * log2(e) - m)
 //   wait V(n); start loading K(n+1)
 //   O += P V(n)                              (P straight from registers)
@@ -200,6 +202,54 @@ __device__ __forceinline__ uint64_t partial_keep_bits(const FwdParams& p, const 
   return keep;
 }
 
+// Spreads a row's column bits (bit k = column k of the thread) to entries
+// s[a][n][2 * half + c] of the keep-bit layout.
+template <typename Tr>
+__device__ __forceinline__ uint64_t spread_row_bits(uint32_t bits, int a, int half) {
+  uint64_t spread = 0;
+#pragma unroll
+  for (int n = 0; n < Tr::kNAtoms; ++n) spread |= static_cast<uint64_t>((bits >> (2 * n)) & 3u) << (4 * n);
+  return spread << (a * Tr::kNAtoms * 4 + half * 2);
+}
+
+// The entries of the tile that p.exclude removes (same bit order as
+// partial_keep_bits; see DilatedExclusion).
+template <typename Tr>
+__device__ __forceinline__ uint64_t excluded_bits(const FwdParams& p, int64_t h, int64_t q0, int64_t k0, int warp,
+                                                  int lane) {
+  const DilatedExclusion& x = p.exclude;
+  const int64_t residue = positive_mod(h, x.rate);
+  const int first_col = (lane & 3) * 2;
+  uint64_t out = 0;
+#pragma unroll 1
+  for (int rr = 0; rr < 2 * Tr::kMAtoms; ++rr) {
+    const int a = rr >> 1, half = rr & 1;
+    const int64_t i = q0 + warp * Tr::kWarpRows + a * 16 + (lane >> 2) + half * 8;
+    if (i >= p.q_len) continue;
+    int64_t lo = 0, hi = -1, stride = 1, key_residue = 0;
+    if (x.kind == Exclusion::Rest) {
+      const int64_t pos = i + p.k_len - p.q_len;
+      if (pos < x.p_lo || pos >= x.p_hi || positive_mod(pos, x.rate) != residue) continue;
+      lo = pos - positive_mod(pos, x.segment);
+      hi = x.causal ? pos : lo + x.segment - 1;
+      stride = x.rate;
+      key_residue = residue;
+    } else {
+      const int64_t g = i / x.group, start = x.first_position + g * x.segment + residue;
+      const int64_t qb = (start + (i - g * x.group) * x.rate - x.shift) / x.block_q;
+      const int32_t* run = x.runs + 2 * ((x.runs_per_head ? h : 0) * x.num_q_blocks + qb);
+      const int64_t first = run[0] - start, last = run[1] - 1 - start;  // key offsets from the group start
+      if (last < 0 || first > last) continue;
+      const int64_t b_lo = first <= 0 ? 0 : (first + x.rate - 1) / x.rate;
+      const int64_t b_hi = last / x.rate < x.group - 1 ? last / x.rate : x.group - 1;
+      lo = g * x.group + b_lo;
+      hi = g * x.group + b_hi;
+    }
+    out |= spread_row_bits<Tr>(span_bits<Tr::kNAtoms>(lo, hi, stride, key_residue, k0, first_col), a, half);
+  }
+  return out;
+}
+
 // Online softmax over one tile: updates the running max m (log2 units of the
 // scaled score), rescales l and O, and turns s into P = exp2(s * scale_log2 - m).
 template <typename Tr>
@@ -358,7 +408,10 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm) fwd_sm80_ke
     cp_async_commit();
 
     // The predicate runs before S is live, so its registers do not compete with S.
-    const uint64_t keep = full ? ~uint64_t{0} : partial_keep_bits<Tr>(p, expr, walk, h, q0, k0, warp, lane);
+    // Exclusions of a dilated split: the rest's on partial tiles, the permuted pass's everywhere.
+    const bool excluding = p.exclude.kind == Exclusion::FullRuns || (p.exclude.kind == Exclusion::Rest && !full);
+    uint64_t keep = full ? ~uint64_t{0} : partial_keep_bits<Tr>(p, expr, walk, h, q0, k0, warp, lane);
+    if (excluding) keep &= ~excluded_bits<Tr>(p, h, q0, k0, warp, lane);
     float s[Tr::kMAtoms][Tr::kNAtoms][4];
 #pragma unroll
     for (int a = 0; a < Tr::kMAtoms; ++a)
@@ -367,10 +420,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm) fwd_sm80_ke
 #pragma unroll
         for (int c = 0; c < 4; ++c) s[a][n][c] = 0.0f;
     multiply_qk<Tr>(s, sQ, sK, warp, lane);
-    if (!full)
-      apply_keep_bits<Tr>(s, keep);
-    else if (k0 + Tr::kBlockN > p.k_len)
-      mask_key_bounds<Tr>(s, p.k_len - k0, lane);
+    if (!full || excluding) apply_keep_bits<Tr>(s, keep);
+    if (full && k0 + Tr::kBlockN > p.k_len) mask_key_bounds<Tr>(s, p.k_len - k0, lane);
     softmax_update<Tr>(s, o, m, l, p.scale_log2);
 
     TileWalk next = walk;

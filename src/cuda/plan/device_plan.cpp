@@ -57,11 +57,21 @@ struct PerDevice {
   std::vector<std::unique_ptr<DeviceArray>> arrays;
   DeviceMaskView mask;
   std::vector<std::unique_ptr<TilePlanEntry>> tile_plans;
+  std::map<const void*, const int32_t*> tables;  // device_table(), by host address
 };
 
 struct MaskCache {
   std::vector<std::unique_ptr<PerDevice>> devices;
+  bool dilated_checked = false;
+  TileShape dilated_tile;
+  std::shared_ptr<const DilatedSplit> dilated;
 };
+
+MaskCache& mask_cache(const BlockMask& mask) {
+  std::shared_ptr<void>& slot = mask.device_cache();
+  if (!slot) slot = std::make_shared<MaskCache>();
+  return *static_cast<MaskCache*>(slot.get());
+}
 
 std::mutex& cache_mutex() {
   static std::mutex m;
@@ -121,9 +131,7 @@ const PatternExpr* upload_exprs(const Pattern& pattern, std::vector<std::unique_
 PerDevice& per_device(const BlockMask& mask, cudaStream_t stream) {
   int device = 0;
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  std::shared_ptr<void>& slot = mask.device_cache();
-  if (!slot) slot = std::make_shared<MaskCache>();
-  MaskCache& cache = *static_cast<MaskCache*>(slot.get());
+  MaskCache& cache = mask_cache(mask);
   for (auto& d : cache.devices)
     if (d->device == device) return *d;
 
@@ -186,6 +194,29 @@ DeviceTilePlanView device_tile_plan(const BlockMask& mask, TileShape tile, cudaS
   check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize after the tile plan upload");
   d.tile_plans.push_back(std::move(e));
   return d.tile_plans.back()->view;
+}
+
+std::shared_ptr<const DilatedSplit> dilated_split(const BlockMask& mask, TileShape tile) {
+  std::lock_guard<std::mutex> lock(cache_mutex());
+  MaskCache& cache = mask_cache(mask);
+  if (!cache.dilated_checked || cache.dilated_tile.rows != tile.rows || cache.dilated_tile.cols != tile.cols) {
+    cache.dilated = make_dilated_split(mask, tile);
+    cache.dilated_tile = tile;
+    cache.dilated_checked = true;
+  }
+  return cache.dilated;
+}
+
+const int32_t* device_table(const BlockMask& mask, const std::vector<int32_t>& host, cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(cache_mutex());
+  PerDevice& d = per_device(mask, stream);
+  auto found = d.tables.find(host.data());
+  if (found != d.tables.end()) return found->second;
+  require_not_capturing(stream);
+  const int32_t* device = upload(d.arrays, host);
+  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize after a table upload");
+  d.tables[host.data()] = device;
+  return device;
 }
 
 }  // namespace spattn::cuda_detail

@@ -11,7 +11,11 @@
 
 #include <cuda_runtime_api.h>
 
+#include <memory>
+#include <vector>
+
 #include "cuda/plan/device_plan_view.hpp"
+#include "cuda/plan/dilated_split.hpp"
 #include "cuda/plan/tile_plan.hpp"
 #include "spattn/block_mask.hpp"
 
@@ -23,5 +27,13 @@ DeviceMaskView device_mask(const BlockMask& mask, cudaStream_t stream);
 
 // The tile plan of `tile` on the current device (same rules as device_mask).
 DeviceTilePlanView device_tile_plan(const BlockMask& mask, TileShape tile, cudaStream_t stream);
+
+// The mask's dilated split (dilated_split.hpp), made on first use on the host
+// and kept with the mask; null when the pattern has none.
+std::shared_ptr<const DilatedSplit> dilated_split(const BlockMask& mask, TileShape tile);
+
+// A table belonging to `mask`'s plan (`host` must live as long as the mask,
+// e.g. inside its dilated split) on the current device, copied once.
+const int32_t* device_table(const BlockMask& mask, const std::vector<int32_t>& host, cudaStream_t stream);
 
 }  // namespace spattn::cuda_detail

@@ -77,7 +77,7 @@ sk::PoolInput pool_input(const TensorView& t, int64_t block, int64_t num_blocks,
 }  // namespace
 
 struct BlockSelector::Buffers {
-  DevicePtr pooled_q, pooled_k, counts, slots, row_offsets, kv_indices, kv_full;
+  DevicePtr pooled_q, pooled_k, counts, slots, slot_full, row_offsets, kv_indices, kv_full;
 };
 
 BlockSelector::BlockSelector(const SelectConfig& config, const SelectShape& shape)
@@ -130,6 +130,7 @@ BlockSelector::BlockSelector(const SelectConfig& config, const SelectShape& shap
   buffers_->pooled_k = device_alloc(sizeof(float) * B * shape.kv_heads * nkb * D, "cudaMalloc(pooled k)");
   buffers_->counts = device_alloc(sizeof(int32_t) * B * rows, "cudaMalloc(row counts)");
   buffers_->slots = device_alloc(sizeof(int32_t) * entries, "cudaMalloc(row slots)");
+  buffers_->slot_full = device_alloc(sizeof(uint8_t) * entries, "cudaMalloc(slot full flags)");
   buffers_->row_offsets = device_alloc(sizeof(int64_t) * B * (rows + 1), "cudaMalloc(row offsets)");
   buffers_->kv_indices = device_alloc(sizeof(int32_t) * entries, "cudaMalloc(kv indices)");
   buffers_->kv_full = device_alloc(sizeof(uint8_t) * entries, "cudaMalloc(kv full)");
@@ -138,6 +139,12 @@ BlockSelector::BlockSelector(const SelectConfig& config, const SelectShape& shap
 BlockSelector::~BlockSelector() = default;
 
 void BlockSelector::run(const TensorView& q, const TensorView& k, cudaStream_t stream) {
+  pool(q, k, stream);
+  score_select(stream);
+  pack(stream);
+}
+
+void BlockSelector::pool(const TensorView& q, const TensorView& k, cudaStream_t stream) {
   select_detail::validate_select_inputs(q, k);
   const std::array<int64_t, 4> q_shape{shape_.batch, shape_.q_heads, shape_.q_len, shape_.head_dim};
   const std::array<int64_t, 4> k_shape{shape_.batch, shape_.kv_heads, shape_.k_len, shape_.head_dim};
@@ -169,11 +176,14 @@ void BlockSelector::run(const TensorView& q, const TensorView& k, cudaStream_t s
     case DType::F64:
       break;
   }
+}
 
+void BlockSelector::score_select(cudaStream_t stream) {
+  const int64_t B = shape_.batch;
   sk::SelectArgs select;
   select.p = params_;
-  select.pooled_q = pool.q.pooled;
-  select.pooled_k = pool.k.pooled;
+  select.pooled_q = static_cast<const float*>(buffers_->pooled_q.get());
+  select.pooled_k = static_cast<const float*>(buffers_->pooled_k.get());
   select.batch = B;
   select.q_heads = shape_.q_heads;
   select.kv_heads = shape_.kv_heads;
@@ -183,22 +193,32 @@ void BlockSelector::run(const TensorView& q, const TensorView& k, cudaStream_t s
   select.capacity = capacity_;
   select.counts = static_cast<int32_t*>(buffers_->counts.get());
   select.slots = static_cast<int32_t*>(buffers_->slots.get());
-  const int64_t rows = mask_heads_ * nqb;
+  select.slot_full = static_cast<uint8_t*>(buffers_->slot_full.get());
+  const int64_t rows = mask_heads_ * params_.num_q_blocks;
   sk::score_select_kernel<<<static_cast<unsigned>(B * rows), sk::kSelectThreads, select_smem_bytes_,
                             stream>>>(select);
   check_launch("score_select_kernel");
+}
 
+void BlockSelector::pack(cudaStream_t stream) {
   sk::PackArgs pack;
   pack.p = params_;
-  pack.rows = rows;
+  pack.rows = mask_heads_ * params_.num_q_blocks;
   pack.capacity = capacity_;
-  pack.counts = select.counts;
-  pack.slots = select.slots;
+  pack.counts = counts();
+  pack.slots = slots();
+  pack.slot_full = slot_full();
   pack.row_offsets = static_cast<int64_t*>(buffers_->row_offsets.get());
   pack.kv_indices = static_cast<int32_t*>(buffers_->kv_indices.get());
   pack.kv_full = static_cast<uint8_t*>(buffers_->kv_full.get());
-  sk::pack_kernel<<<static_cast<unsigned>(B), sk::kPackThreads, 0, stream>>>(pack);
+  sk::pack_kernel<<<static_cast<unsigned>(shape_.batch), sk::kPackThreads, 0, stream>>>(pack);
   check_launch("pack_kernel");
+}
+
+const int32_t* BlockSelector::counts() const { return static_cast<const int32_t*>(buffers_->counts.get()); }
+const int32_t* BlockSelector::slots() const { return static_cast<const int32_t*>(buffers_->slots.get()); }
+const uint8_t* BlockSelector::slot_full() const {
+  return static_cast<const uint8_t*>(buffers_->slot_full.get());
 }
 
 BlockMaskView BlockSelector::view(int64_t b) const {

@@ -36,13 +36,30 @@ class BlockSelector {
   BlockSelector& operator=(const BlockSelector&) = delete;
 
   // q (B, Hq, Lq, D) and k (B, Hkv, Lk, D) on the device, fp32, fp16 or bf16,
-  // of the constructor's shape. Queues the selection on `stream`.
+  // of the constructor's shape. Queues the selection on `stream`: pool(),
+  // score_select(), pack().
   void run(const TensorView& q, const TensorView& k, cudaStream_t stream);
+
+  // The phases of run(), for callers that time them or skip the packing.
+  void pool(const TensorView& q, const TensorView& k, cudaStream_t stream);
+  // Scores, orders and counts every row; writes the row counts and, per row,
+  // `capacity` slots of kept key blocks (ascending) with their full flags.
+  void score_select(cudaStream_t stream);
+  // Packs the slots into the contiguous BlockMask arrays of view().
+  void pack(cudaStream_t stream);
 
   // The mask of batch element b, device pointers (valid after run() completes).
   BlockMaskView view(int64_t b) const;
   // The same mask copied to the host (synchronises with the device).
   BlockMask download(int64_t b) const;
+
+  // The slot layout written by score_select(), all batch elements: row r of
+  // batch element b keeps counts()[b * rows + r] blocks, at entries
+  // [(b * rows + r) * capacity, ... + count) of slots() and slot_full(), where
+  // rows = mask_heads() * num_q_blocks.
+  const int32_t* counts() const;
+  const int32_t* slots() const;
+  const uint8_t* slot_full() const;
 
   int64_t capacity() const { return capacity_; }
   int64_t mask_heads() const { return mask_heads_; }

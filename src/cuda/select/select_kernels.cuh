@@ -15,9 +15,11 @@
 //                        mass against tau; then the budgets of
 //                        select_rules.hpp), and the kept blocks compacted in
 //                        ascending order into the row's fixed-capacity slots.
+//                        The slots and their full / partial flags are what
+//                        the fused select-then-attend path reads.
 //   pack_kernel          one CTA per batch element: exclusive scan of the row
 //                        counts into row_offsets, then the slots copied into
-//                        contiguous kv_indices with their full / partial flags.
+//                        contiguous kv_indices and kv_full (BlockMask arrays).
 // Shared memory of score_select_kernel: keys (8 B) and probabilities (4 B)
 // for the next power of two >= num_k_blocks, plus one pooled q vector.
 #pragma once
@@ -60,6 +62,7 @@ struct SelectArgs {
   int64_t capacity = 0;       // slots per row
   int32_t* counts = nullptr;  // (B, mask_heads, nqb)
   int32_t* slots = nullptr;   // (B, mask_heads, nqb, capacity)
+  uint8_t* slot_full = nullptr;  // same layout: 1 = full block, 0 = cut by causality
 };
 
 struct PackArgs {
@@ -68,6 +71,7 @@ struct PackArgs {
   int64_t capacity = 0;
   const int32_t* counts = nullptr;
   const int32_t* slots = nullptr;
+  const uint8_t* slot_full = nullptr;
   int64_t* row_offsets = nullptr;  // (B, rows + 1)
   int32_t* kv_indices = nullptr;   // (B, rows * capacity), the first row_offsets[rows] used
   uint8_t* kv_full = nullptr;      // same layout as kv_indices
@@ -127,6 +131,7 @@ __global__ void __launch_bounds__(kPoolThreads) pool_kernel_vec(const PoolArgs a
   if (group < groups) {
     const T* base =
         static_cast<const T*>(t.in->data) + t.b * t.in->stride_b + t.h * t.in->stride_h + lane * kVec;
+#pragma unroll 4
     for (int64_t l = t.l0 + group; l < t.l1; l += groups) {
       const uint4 raw = *reinterpret_cast<const uint4*>(base + l * t.in->stride_l);
       const T* x = reinterpret_cast<const T*>(&raw);
@@ -321,8 +326,12 @@ __global__ void __launch_bounds__(kSelectThreads) score_select_kernel(const Sele
   for (int64_t c = c0; c < c1; ++c) own += flags[c];
   int32_t at = block_exclusive_scan(own, iscratch);
   int32_t* out = a.slots + row * a.capacity;
+  uint8_t* out_full = a.slot_full + row * a.capacity;
   for (int64_t c = c0; c < c1; ++c)
-    if (flags[c]) out[at++] = static_cast<int32_t>(c);
+    if (flags[c]) {
+      out_full[at] = select_detail::block_is_cut(p, qb, c) ? 0 : 1;
+      out[at++] = static_cast<int32_t>(c);
+    }
   if (threadIdx.x == 0) a.counts[row] = static_cast<int32_t>(kept);
 }
 
@@ -349,12 +358,10 @@ __global__ void __launch_bounds__(kPackThreads) pack_kernel(const PackArgs a) {
   int32_t* indices = a.kv_indices + b * a.rows * a.capacity;
   uint8_t* full = a.kv_full + b * a.rows * a.capacity;
   for (int64_t r = warp; r < a.rows; r += warps) {
-    const int64_t qb = r % a.p.num_q_blocks;
-    const int32_t* slots = a.slots + (b * a.rows + r) * a.capacity;
+    const int64_t from = (b * a.rows + r) * a.capacity;
     for (int64_t e = lane; e < counts[r]; e += kWarp) {
-      const int32_t c = slots[e];
-      indices[offsets[r] + e] = c;
-      full[offsets[r] + e] = select_detail::block_is_cut(a.p, qb, c) ? 0 : 1;
+      indices[offsets[r] + e] = a.slots[from + e];
+      full[offsets[r] + e] = a.slot_full[from + e];
     }
   }
 }

@@ -2,16 +2,18 @@
 # scripts/gpu_check.sh - the CUDA backend's whole check on a GPU machine, in
 # one go: configure and build (library, GPU tests, benchmark driver), run the
 # GPU test suite (ctest -L gpu), compute-sanitizer memcheck and racecheck on
-# small problems, then the benchmarks (our kernel alone, then next to its
-# peers). Results go to $OUT (default ./gpu_check_out): the JSON results and
+# small problems, the Python package's tests (pytest, marker gpu included),
+# then the benchmarks (our kernel alone, then next to its peers). Results go to $OUT (default ./gpu_check_out): the JSON results and
 # all logs packed in logs.tgz.
 #
-#   scripts/gpu_check.sh [build] [test] [sanitize] [bench] [seeds] [profile] [peers]
+#   scripts/gpu_check.sh [build] [test] [sanitize] [python] [bench] [seeds] [profile] [peers]
 #   (default: all but profile)
 #
 # Environment: BUILD (build dir, default build-gpu), CUDA_ARCHS (default 90),
 # CASES (benchmark cases of the bench stage, default all),
-# SHAPES (peer shapes, default 32768x16,131072x8). Where GoogleTest is not
+# SHAPES (peer shapes, default 32768x16,131072x8), WHEELS (folder of the
+# Python build backend's wheels for machines without PyPI, default .whl).
+# Where GoogleTest is not
 # installed, a source tree in .deps/googletest is used; without libpng the CLI
 # is skipped.
 set -uo pipefail
@@ -26,7 +28,7 @@ pack() {  # few files come back from the GPU machine: results plus one archive
 }
 trap pack EXIT
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(build test sanitize bench peers seeds)
+[ ${#stages[@]} -eq 0 ] && stages=(build test sanitize python bench peers seeds)
 want() { [[ " ${stages[*]} " == *" $1 "* ]]; }
 status=0
 step() {  # step NAME LOG CMD...: runs CMD, logs it, records failure
@@ -65,6 +67,17 @@ if want sanitize; then
   done
   step "sanitizer memcheck (graph)" sanitizer_graph.log compute-sanitizer --tool memcheck --error-exitcode 1 \
     "$BUILD/tests/gpu_test_cuda_api" --gtest_filter='CudaBackend.*'
+fi
+
+if want python; then
+  if ! python3 -c "import scikit_build_core" 2>/dev/null; then
+    python3 -m pip install -q --no-index --no-deps "${WHEELS:-.whl}"/scikit_build_core-*.whl \
+      "${WHEELS:-.whl}"/pathspec-*.whl > "$LOG/wheels.log" 2>&1
+  fi
+  CMAKE_ARGS="-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHS:-90}" CMAKE_BUILD_PARALLEL_LEVEL=16 SPATTN_CUDA=ON \
+    step pip_install pip_install.log python3 -m pip install --no-build-isolation --no-deps . &&
+    step pytest pytest.log python3 -m pytest tests/python -q -p no:cacheprovider
+  tail -n 3 "$LOG/pytest.log"
 fi
 
 if want bench; then

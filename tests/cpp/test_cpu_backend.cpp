@@ -8,13 +8,15 @@
 // fp32/fp64/fp16/bf16 outputs, BHLD/BLHD layouts, odd lengths (1, 17, 127,
 // 1000), Lq != Lk both ways, GQA, mask block sizes 1..200, odd head dims, empty
 // rows, masks without a pattern, every SIMD kernel this CPU runs (the portable
-// one always), both ways of staging keys and values, and bit-identical
-// results with 1 and 2 OpenMP threads. The partial-block lane masks are also
-// checked pair by pair against expr_allows, and each kernel's transpose
-// element by element.
+// one always), both ways of staging keys and values, repeated calls of one
+// shape (reused buffers), and bit-identical results with 1 and 2 OpenMP
+// threads. The partial-block lane masks are also
+// checked pair by pair against expr_allows, and each kernel's transposes
+// (the output one with and without non-temporal stores) element by element.
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -23,6 +25,7 @@
 #include "cpu/fast/isa.hpp"
 #include "cpu/fast/kv_stage.hpp"
 #include "cpu/fast/partial_bits.hpp"
+#include "cpu/fast/tile_io.hpp"
 #include "pattern_cases.hpp"
 #include "test_support.hpp"
 
@@ -294,6 +297,25 @@ TEST(CpuBackend, StagingPerItemForLongHeads) {
   cpu_fast::set_whole_head_limit(saved);
 }
 
+TEST(CpuBackend, RepeatedCallsOfOneShapeSeeTheirOwnInputs) {
+  // Calls of the same sizes reuse their per-thread buffers; each call must
+  // stage its own keys and values, in whole-head and in per-item staging.
+  std::mt19937_64 rng(23);
+  const int64_t saved = cpu_fast::whole_head_limit();
+  for (const int64_t limit : {saved, int64_t{0}}) {
+    cpu_fast::set_whole_head_limit(limit);
+    Problem p;
+    p.q_len = p.k_len = 400;
+    p.head_dim = 32;
+    p.block_q = p.block_k = 64;
+    for (int call = 0; call < 3; ++call) {
+      expect_matches_reference(p, Pattern::sliding_window(100), "window(100)", rng());
+      expect_matches_reference(p, Pattern::dense(), "dense", rng());
+    }
+  }
+  cpu_fast::set_whole_head_limit(saved);
+}
+
 TEST(CpuBackend, TransposeOfEveryKernel) {
   std::mt19937_64 rng(22);
   std::uniform_real_distribution<float> uniform(-2.0f, 2.0f);
@@ -307,14 +329,22 @@ TEST(CpuBackend, TransposeOfEveryKernel) {
       std::vector<float> src(static_cast<size_t>(rows * src_stride)), scale(static_cast<size_t>(cols));
       for (float& x : src) x = uniform(rng);
       for (float& x : scale) x = uniform(rng);
-      for (const int64_t dst_stride : {rows + 5, (rows + 15) / 16 * 16}) {
-        std::vector<float> dst(static_cast<size_t>(cols * dst_stride),
-                               std::numeric_limits<float>::quiet_NaN());
-        kernel.transpose(src.data(), src_stride, rows, cols, scale.data(), dst.data(), dst_stride);
-        for (int64_t r = 0; r < rows; ++r)
-          for (int64_t c = 0; c < cols; ++c)
-            ASSERT_EQ(dst[c * dst_stride + r], src[r * src_stride + c] * scale[c])
-                << "r=" << r << " c=" << c << " stride " << dst_stride;
+      // transpose_out may stream when dst is 64-byte aligned with a stride of
+      // whole lines: offset 0 of an aligned buffer takes that path, 1 does not.
+      for (const auto transpose : {kernel.transpose, kernel.transpose_out}) {
+        for (const int64_t dst_stride : {rows + 5, (rows + 15) / 16 * 16}) {
+          for (const int64_t offset : {0, 1}) {
+            cpu_fast::AlignedFloats buffer(cols * dst_stride + offset);
+            float* dst = buffer.data() + offset;
+            std::fill(dst, dst + cols * dst_stride, std::numeric_limits<float>::quiet_NaN());
+            transpose(src.data(), src_stride, rows, cols, scale.data(), dst, dst_stride);
+            for (int64_t r = 0; r < rows; ++r)
+              for (int64_t c = 0; c < cols; ++c)
+                ASSERT_EQ(dst[c * dst_stride + r], src[r * src_stride + c] * scale[c])
+                    << "r=" << r << " c=" << c << " stride " << dst_stride << " offset " << offset
+                    << (transpose == kernel.transpose_out ? " (transpose_out)" : "");
+          }
+        }
       }
     }
   }

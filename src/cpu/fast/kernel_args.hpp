@@ -46,6 +46,15 @@ struct KeyChunk {
 
 constexpr int64_t kMaxGroupTiles = 64;  // tiles per work item (bit sets above)
 
+// Rows of a tensor that the kernel pulls into the cache while it computes, a
+// share per chunk: the queries of the item the thread runs next.
+struct PrefetchRows {
+  const char* base = nullptr;  // the first row; nullptr: nothing to prefetch
+  int64_t row_stride = 0;      // bytes
+  int64_t rows = 0;
+  int64_t row_bytes = 0;
+};
+
 struct TileGroupArgs {
   int64_t head_dim = 0;
   // fp32 key rows, unit stride along head_dim: the row of key j of a chunk is
@@ -62,6 +71,7 @@ struct TileGroupArgs {
   const KeyChunk* chunks = nullptr;
   int64_t num_chunks = 0;
   AllowedBitsFn allowed_bits = nullptr;
+  PrefetchRows prefetch;
   // Scratch: (N, M) scores then probabilities, N lane masks, M chunk maxima.
   float* scores = nullptr;
   uint64_t* bits = nullptr;
@@ -76,12 +86,17 @@ struct TileKernel {
   int64_t value_panel = 0;  // widest value panel (head dims per register tile)
   void (*run)(const TileGroupArgs& args) = nullptr;
   // dst[c * dst_stride + r] = src[r * src_stride + c] * col_scale[c] for
-  // r < rows, c < cols: packs query tiles and unpacks output tiles.
+  // r < rows, c < cols: packs query tiles.
   void (*transpose)(const float* src, int64_t src_stride, int64_t rows, int64_t cols,
                     const float* col_scale, float* dst, int64_t dst_stride) = nullptr;
   // Runs `iterations` steps of independent fp32 FMAs on this thread and returns
   // the number of floating-point operations performed (for the peak benchmark).
   double (*fma_loop)(int64_t iterations) = nullptr;
+  // transpose for results that are not read again soon (output tiles): it
+  // may write with non-temporal stores, which skip reading each destination
+  // line into the cache first, and fences them before it returns.
+  void (*transpose_out)(const float* src, int64_t src_stride, int64_t rows, int64_t cols,
+                        const float* col_scale, float* dst, int64_t dst_stride) = nullptr;
 };
 
 }  // namespace spattn::cpu_fast

@@ -54,6 +54,8 @@ class StagedKv {
   int64_t key_row_stride(const TensorView& k) const;
   const float* value_panels() const { return values_.data(); }
   int64_t staged_keys() const { return count_; }  // rows, the stride between value panels
+  // Forgets what is staged (the next call's inputs are new); keeps the buffers.
+  void forget() { batch_ = head_ = -1; }
 
  private:
   // Keys [first, last) staged from row `staged` on (item mode).

@@ -120,7 +120,7 @@ void transpose(const float* src, int64_t src_stride, int64_t rows, int64_t cols,
 
 const TileKernel kAvx2Kernel{"avx2",          Kernel::M,     Kernel::kChunk,
                              Kernel::kValuePanel, &run_flushing_denormals, &transpose,
-                             &FmaLoop<Avx2, 12>::run};
+                             &FmaLoop<Avx2, 12>::run, &transpose};
 
 }  // namespace
 

@@ -101,7 +101,7 @@ void transpose(const float* src, int64_t src_stride, int64_t rows, int64_t cols,
 
 const TileKernel kPortableKernel{"portable",        Kernel::M,     Kernel::kChunk,
                                  Kernel::kValuePanel, &run_flushing_denormals, &transpose,
-                                 &FmaLoop<Portable, 8>::run};
+                                 &FmaLoop<Portable, 8>::run, &transpose};
 
 }  // namespace
 

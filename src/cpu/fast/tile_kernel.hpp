@@ -20,7 +20,9 @@
 //        p_t, RD broadcasts of V, RD*CV FMAs); values are staged in panels of
 //        RD head dims, so each register tile reads one sequential stream.
 //   A chunk's keys and values are read from memory once and reused from
-//   cache by every tile of the group; the next chunk's keys are prefetched.
+//   cache by every tile of the group; the next chunk's keys are prefetched,
+//   and so, a share per chunk, are the queries of the group the thread will
+//   most likely run next (TileGroupArgs::prefetch).
 //   Every reduction runs in a fixed order, so results do not depend on which
 //   thread runs the group.
 //
@@ -62,6 +64,7 @@ struct TileGroupKernel {
     for (int64_t c = 0; c < a.num_chunks; ++c) {
       const KeyChunk& chunk = a.chunks[c];
       if (c + 1 < a.num_chunks) prefetch_keys(a, a.chunks[c + 1]);
+      prefetch_share(a.prefetch, c, a.num_chunks);
       for (int64_t t = 0; t < a.num_tiles; ++t) {
         if ((chunk.tiles >> t) & 1u) visit_chunk(a, a.tiles[t], chunk, (chunk.partial >> t) & 1u);
       }
@@ -82,6 +85,15 @@ struct TileGroupKernel {
     const float* k = a.k + (a.keys_by_index ? next.first : next.staged) * a.k_row_stride;
     for (int64_t j = 0; j < next.count; ++j)
       for (int64_t d = 0; d < a.head_dim; d += 16) __builtin_prefetch(k + j * a.k_row_stride + d, 0, 2);
+  }
+
+  // Chunk c's share of the rows of `region`.
+  static void prefetch_share(const PrefetchRows& region, int64_t c, int64_t num_chunks) {
+    if (region.base == nullptr) return;
+    const int64_t first = c * region.rows / num_chunks, last = (c + 1) * region.rows / num_chunks;
+    for (int64_t i = first; i < last; ++i)
+      for (int64_t at = 0; at < region.row_bytes; at += 64)
+        __builtin_prefetch(region.base + i * region.row_stride + at, 0, 1);
   }
 
   static void visit_chunk(const TileGroupArgs& a, const QueryTile& tile, const KeyChunk& chunk,

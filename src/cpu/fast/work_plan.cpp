@@ -91,7 +91,13 @@ WorkPlan plan_items(const BlockMaskView& plan, const TileLayout& layout, int64_t
   });
   WorkPlan work;
   work.items.reserve(items.size());
-  for (int64_t n : order) work.items.push_back(items[static_cast<size_t>(n)]);
+  for (int64_t n : order) {
+    const WorkItem& item = items[static_cast<size_t>(n)];
+    if (work.items.empty() || kv_of(work.items.back()) != kv_of(item))
+      work.group_begin.push_back(static_cast<int64_t>(work.items.size()));
+    work.items.push_back(item);
+  }
+  work.group_begin.push_back(static_cast<int64_t>(work.items.size()));
   work.max_item_keys = max_keys;
   return work;
 }

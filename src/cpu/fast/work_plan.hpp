@@ -54,8 +54,9 @@ struct WorkItem {
 };
 
 struct WorkPlan {
-  std::vector<WorkItem> items;  // grouped by (batch, kv head), costliest first in each
-  int64_t max_item_keys = 0;    // bound on the distinct keys any item visits
+  std::vector<WorkItem> items;       // grouped by (batch, kv head), costliest first in each
+  std::vector<int64_t> group_begin;  // group g: items [group_begin[g], group_begin[g + 1])
+  int64_t max_item_keys = 0;         // bound on the distinct keys any item visits
 };
 
 WorkPlan plan_items(const BlockMaskView& plan, const TileLayout& layout, int64_t batch,

@@ -96,6 +96,14 @@ class BlockMask {
   bool allowed(int64_t h, int64_t query_heads, int64_t i, int64_t j) const;
 
  private:
+  // build() makes plans valid by construction and skips the O(blocks) checks.
+  struct BuiltPlan {};
+  BlockMask(BuiltPlan, int64_t q_len, int64_t k_len, int64_t block_q, int64_t block_k,
+            int64_t num_heads, std::vector<int64_t> row_offsets, std::vector<int32_t> kv_indices,
+            std::vector<uint8_t> kv_full, std::shared_ptr<const Pattern> pattern);
+  // Throws spattn::Error unless the arrays form a plan (sizes, ranges, order).
+  void validate() const;
+
   int64_t q_len_ = 0, k_len_ = 0, block_q_ = 0, block_k_ = 0, num_heads_ = 0;
   std::vector<int64_t> row_offsets_;
   std::vector<int32_t> kv_indices_;

@@ -13,6 +13,15 @@ BlockMask::BlockMask(int64_t q_len, int64_t k_len, int64_t block_q, int64_t bloc
                      int64_t num_heads, std::vector<int64_t> row_offsets,
                      std::vector<int32_t> kv_indices, std::vector<uint8_t> kv_full,
                      std::shared_ptr<const Pattern> pattern)
+    : BlockMask(BuiltPlan{}, q_len, k_len, block_q, block_k, num_heads, std::move(row_offsets),
+                std::move(kv_indices), std::move(kv_full), std::move(pattern)) {
+  validate();
+}
+
+BlockMask::BlockMask(BuiltPlan, int64_t q_len, int64_t k_len, int64_t block_q, int64_t block_k,
+                     int64_t num_heads, std::vector<int64_t> row_offsets,
+                     std::vector<int32_t> kv_indices, std::vector<uint8_t> kv_full,
+                     std::shared_ptr<const Pattern> pattern)
     : q_len_(q_len),
       k_len_(k_len),
       block_q_(block_q),
@@ -21,7 +30,11 @@ BlockMask::BlockMask(int64_t q_len, int64_t k_len, int64_t block_q, int64_t bloc
       row_offsets_(std::move(row_offsets)),
       kv_indices_(std::move(kv_indices)),
       kv_full_(std::move(kv_full)),
-      pattern_(std::move(pattern)) {
+      pattern_(std::move(pattern)) {}
+
+void BlockMask::validate() const {
+  const int64_t q_len = q_len_, k_len = k_len_, block_q = block_q_, block_k = block_k_,
+                num_heads = num_heads_;
   require(q_len > 0, "q_len must be > 0, got ", q_len);
   require(k_len > 0, "k_len must be > 0, got ", k_len);
   require(block_q > 0, "block_q must be > 0, got ", block_q);

@@ -9,6 +9,7 @@
 // known to be partial). Time and memory follow the kept blocks.
 #include <algorithm>
 #include <limits>
+#include <numeric>
 #include <vector>
 
 #include "pattern/block_classify.hpp"
@@ -186,6 +187,53 @@ BlockClass classify_block(const PatternExpr& e, int64_t h, int64_t i0, int64_t i
   return some_allowed ? BlockClass::Full : BlockClass::Empty;
 }
 
+// Appends the kept blocks of one (head, query block) row over a range of key
+// blocks, in order. A range whose whole rectangle the closed forms call full
+// (or empty) is full (or empty) block by block too, so it is written in one
+// go; otherwise it is halved, down to single blocks classified exactly. Rows
+// cost O(boundaries x log blocks) classifications, not one per block.
+// Where the emitted blocks go: counted only (indices == nullptr), or written.
+struct PlanOutput {
+  std::vector<int32_t>* indices = nullptr;
+  std::vector<uint8_t>* full = nullptr;
+  int64_t count = 0;
+};
+
+struct RowEmitter {
+  const PatternExpr& e;
+  int64_t h, i0, i1, offset, block_k, k_len;
+  PlanOutput& out;
+
+  void emit(int64_t kb_first, int64_t kb_last) {
+    const int64_t j0 = kb_first * block_k, j1 = std::min(k_len, (kb_last + 1) * block_k) - 1;
+    if (kb_first == kb_last) {
+      const BlockClass c = classify_block(e, h, i0, i1, offset, j0, j1);
+      if (c != BlockClass::Empty) append(kb_first, kb_last, c == BlockClass::Full);
+      return;
+    }
+    const BlockClass c = expr_classify_block(e, h, BlockRect{i0, i1, i0 + offset, i1 + offset, j0, j1});
+    if (c == BlockClass::Empty) return;
+    if (c == BlockClass::Full) {
+      append(kb_first, kb_last, true);
+      return;
+    }
+    const int64_t middle = kb_first + (kb_last - kb_first) / 2;
+    emit(kb_first, middle);
+    emit(middle + 1, kb_last);
+  }
+
+  void append(int64_t kb_first, int64_t kb_last, bool is_full) {
+    const int64_t count = kb_last - kb_first + 1;
+    out.count += count;
+    if (!out.indices) return;
+    const size_t at = out.indices->size();
+    out.indices->resize(at + static_cast<size_t>(count));
+    std::iota(out.indices->begin() + static_cast<std::ptrdiff_t>(at), out.indices->end(),
+              static_cast<int32_t>(kb_first));
+    out.full->insert(out.full->end(), static_cast<size_t>(count), is_full ? 1 : 0);
+  }
+};
+
 }  // namespace
 
 BlockMask BlockMask::build(const Pattern& pattern, const MaskShape& s) {
@@ -212,36 +260,43 @@ BlockMask BlockMask::build(const Pattern& pattern, const MaskShape& s) {
   const int64_t mask_heads = pattern.head_dependent() ? s.num_heads : 1;
   const int64_t offset = s.k_len - s.q_len;
 
+  // Walks every (mask head, query block) row over its candidate key blocks.
+  std::vector<Interval> intervals;
+  auto walk_rows = [&](PlanOutput& out, auto&& row_done) {
+    for (int64_t h = 0; h < mask_heads; ++h) {
+      const PatternExpr& e = pattern.expr_for_head(h, s.num_heads);
+      for (int64_t qb = 0; qb < nqb; ++qb) {
+        const int64_t i0 = qb * s.block_q, i1 = std::min(s.q_len, i0 + s.block_q) - 1;
+        expr_key_intervals(e, h, i0, i1, i0 + offset, i1 + offset, s.k_len, intervals);
+        std::sort(intervals.begin(), intervals.end(),
+                  [](const Interval& a, const Interval& b) { return a.lo < b.lo; });
+        RowEmitter row{e, h, i0, i1, offset, s.block_k, s.k_len, out};
+        int64_t next_kb = 0;  // blocks below this one were already visited
+        for (const Interval& iv : intervals) {
+          if (iv.hi < iv.lo || iv.hi / s.block_k < next_kb) continue;
+          const int64_t first = std::max(iv.lo / s.block_k, next_kb), last = iv.hi / s.block_k;
+          row.emit(first, last);
+          next_kb = last + 1;
+        }
+        row_done(out.count);
+      }
+    }
+  };
+  // Count first, so the arrays are allocated once at their final size.
+  PlanOutput counted;
+  walk_rows(counted, [](int64_t) {});
   std::vector<int64_t> row_offsets{0};
   row_offsets.reserve(static_cast<size_t>(mask_heads * nqb + 1));
   std::vector<int32_t> indices;
   std::vector<uint8_t> full;
-  std::vector<Interval> intervals;
-  for (int64_t h = 0; h < mask_heads; ++h) {
-    const PatternExpr& e = pattern.expr_for_head(h, s.num_heads);
-    for (int64_t qb = 0; qb < nqb; ++qb) {
-      const int64_t i0 = qb * s.block_q, i1 = std::min(s.q_len, i0 + s.block_q) - 1;
-      expr_key_intervals(e, h, i0, i1, i0 + offset, i1 + offset, s.k_len, intervals);
-      std::sort(intervals.begin(), intervals.end(),
-                [](const Interval& a, const Interval& b) { return a.lo < b.lo; });
-      int64_t next_kb = 0;  // blocks below this one were already visited
-      for (const Interval& iv : intervals) {
-        if (iv.hi < iv.lo) continue;
-        for (int64_t kb = std::max(iv.lo / s.block_k, next_kb); kb <= iv.hi / s.block_k; ++kb) {
-          const int64_t j0 = kb * s.block_k, j1 = std::min(s.k_len, j0 + s.block_k) - 1;
-          const BlockClass c = classify_block(e, h, i0, i1, offset, j0, j1);
-          if (c != BlockClass::Empty) {
-            indices.push_back(static_cast<int32_t>(kb));
-            full.push_back(c == BlockClass::Full ? 1 : 0);
-          }
-          next_kb = kb + 1;
-        }
-      }
-      row_offsets.push_back(static_cast<int64_t>(indices.size()));
-    }
-  }
-  return BlockMask(s.q_len, s.k_len, s.block_q, s.block_k, mask_heads, std::move(row_offsets),
-                   std::move(indices), std::move(full), std::make_shared<Pattern>(pattern));
+  indices.reserve(static_cast<size_t>(counted.count));
+  full.reserve(static_cast<size_t>(counted.count));
+  PlanOutput written{&indices, &full, 0};
+  walk_rows(written, [&](int64_t count) { row_offsets.push_back(count); });
+  BlockMask mask(BuiltPlan{}, s.q_len, s.k_len, s.block_q, s.block_k, mask_heads,
+                 std::move(row_offsets), std::move(indices), std::move(full),
+                 std::make_shared<Pattern>(pattern));
+  return mask;
 }
 
 }  // namespace spattn

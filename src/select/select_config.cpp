@@ -41,7 +41,7 @@ void validate_select_config(const SelectConfig& c) {
 
 namespace select_detail {
 
-void validate_select_inputs(const TensorView& q, const TensorView& k) {
+void validate_qk_pair(const TensorView& q, const TensorView& k, bool same_dtype) {
   const TensorView* views[2] = {&q, &k};
   const char* names[2] = {"q", "k"};
   static const char* axes[4] = {"batch", "heads", "seq_len", "head_dim"};
@@ -51,14 +51,17 @@ void validate_select_inputs(const TensorView& q, const TensorView& k) {
       require(views[t]->shape[axis] > 0, names[t], " ", axes[axis], " must be > 0, got ",
               views[t]->shape[axis]);
   }
-  require(k.dtype == q.dtype, "k dtype (", dtype_name(k.dtype), ") must equal q dtype (", dtype_name(q.dtype),
-          ")");
+  if (same_dtype)
+    require(k.dtype == q.dtype, "k dtype (", dtype_name(k.dtype), ") must equal q dtype (",
+            dtype_name(q.dtype), ")");
   require(k.batch() == q.batch(), "k batch (", k.batch(), ") must equal q batch (", q.batch(), ")");
   require(q.heads() % k.heads() == 0, "q heads (", q.heads(), ") must be a multiple of k heads (", k.heads(),
           ")");
   require(k.head_dim() == q.head_dim(), "k head_dim (", k.head_dim(), ") must equal q head_dim (",
           q.head_dim(), ")");
 }
+
+void validate_select_inputs(const TensorView& q, const TensorView& k) { validate_qk_pair(q, k, true); }
 
 SelectParams resolve_select_params(const SelectConfig& c, int64_t q_len, int64_t k_len, int64_t head_dim) {
   validate_select_config(c);

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "select/block_scores.hpp"
+#include "select/select_config.hpp"
 #include "spattn/error.hpp"
 #include "spattn/select.hpp"
 #include "spattn/splitmix64.hpp"
@@ -113,20 +114,7 @@ void check_config(const StructuredQKConfig& c) {
 }
 
 void check_tensors(const TensorView& q, const TensorView& k) {
-  const TensorView* views[2] = {&q, &k};
-  const char* names[2] = {"q", "k"};
-  static const char* axes[4] = {"batch", "heads", "seq_len", "head_dim"};
-  for (int t = 0; t < 2; ++t) {
-    require(views[t]->data != nullptr, names[t], " has a null data pointer");
-    for (int axis = 0; axis < 4; ++axis)
-      require(views[t]->shape[axis] > 0, names[t], " ", axes[axis], " must be > 0, got ",
-              views[t]->shape[axis]);
-  }
-  require(k.batch() == q.batch(), "k batch (", k.batch(), ") must equal q batch (", q.batch(), ")");
-  require(q.heads() % k.heads() == 0, "q heads (", q.heads(), ") must be a multiple of k heads (", k.heads(),
-          ")");
-  require(k.head_dim() == q.head_dim(), "k head_dim (", k.head_dim(), ") must equal q head_dim (",
-          q.head_dim(), ")");
+  select_detail::validate_qk_pair(q, k, false);  // each is written in its own dtype
   require(q.head_dim() >= 4, "make_structured_qk needs head_dim >= 4, got ", q.head_dim());
 }
 

@@ -7,7 +7,9 @@
 #include <random>
 #include <vector>
 
+#include "json_writer.hpp"
 #include "spattn/error.hpp"
+#include "text_table.hpp"
 
 namespace spattn::cli {
 
@@ -22,6 +24,45 @@ double check_tolerance(DType dtype) {
   constexpr double kF32Tolerance = 1e-5;   // fp32 inputs, fp32 accumulation
   constexpr double kHalfTolerance = 1e-2;  // fp16 / bf16 inputs and output
   return dtype == DType::F32 ? kF32Tolerance : kHalfTolerance;
+}
+
+CheckResult judge_error(double error, DType dtype) {
+  CheckResult c;
+  c.checked = true;
+  c.error = error;
+  c.tolerance = check_tolerance(dtype);
+  c.passed = c.error <= c.tolerance;  // false for NaN too
+  return c;
+}
+
+void print_problem(std::ostream& os, const ProblemShape& s, Backend backend) {
+  os << "backend     " << backend_name(backend) << "\n";
+  os << "shape       B=" << s.batch << " Hq=" << s.heads << " Hkv=" << s.kv_heads << " Lq=" << s.q_len
+     << " Lk=" << s.k_len << " D=" << s.head_dim << " " << dtype_name(s.dtype) << " "
+     << layout_name(s.layout) << "\n";
+}
+
+void print_check(std::ostream& os, const CheckResult& c, const std::string& against) {
+  if (!c.checked) return;
+  os << "check       relative error " << format_general(c.error) << " vs " << against << " (tolerance "
+     << format_general(c.tolerance) << "): " << (c.passed ? "ok" : "FAILED") << "\n";
+}
+
+void write_problem_json(JsonWriter& j, const ProblemShape& s) {
+  j.field("batch", s.batch).field("heads", s.heads).field("kv_heads", s.kv_heads);
+  j.field("seq_q", s.q_len).field("seq_k", s.k_len).field("head_dim", s.head_dim);
+  j.field("dtype", dtype_name(s.dtype)).field("layout", layout_name(s.layout));
+}
+
+void write_check_json(JsonWriter& j, const CheckResult& c) {
+  j.key("check");
+  if (!c.checked) {
+    j.null();
+    return;
+  }
+  j.begin_object();
+  j.field("relative_error", c.error).field("tolerance", c.tolerance).field("passed", c.passed);
+  j.end_object();
 }
 
 AttentionJob::AttentionJob(const ProblemShape& s, Backend backend, uint64_t seed)

@@ -3,12 +3,16 @@
 // Owns q, k, v (N(0, 1)) and out for a shape, dtype and layout, mirrors them to
 // the GPU when the backend is CUDA (device_buffers.hpp), and runs the fused
 // backend, the naive dense baseline, or a check against the fp64 reference.
-// `spattn run` and `spattn bench` are thin loops around it.
+// `spattn run` and `spattn bench` are thin loops around it. Also the parts of
+// the `spattn run` report that the static and the topk patterns share: the
+// problem's table lines and JSON fields, and the --check verdict.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <ostream>
+#include <string>
 
 #include "device_buffers.hpp"
 #include "host_tensor.hpp"
@@ -32,6 +36,27 @@ Backend resolve_backend(Backend requested);
 
 // The relative error --check accepts against the fp64 reference for `dtype`.
 double check_tolerance(DType dtype);
+
+// The --check verdict of `spattn run`; `checked` is false without --check.
+struct CheckResult {
+  bool checked = false;
+  double error = 0.0;      // ||out - ref|| / ||ref|| against the fp64 reference
+  double tolerance = 0.0;  // check_tolerance(dtype)
+  bool passed = true;
+};
+// Judges `error` against check_tolerance(dtype); NaN fails.
+CheckResult judge_error(double error, DType dtype);
+
+class JsonWriter;
+
+// The table lines "backend" and "shape".
+void print_problem(std::ostream& os, const ProblemShape& s, Backend backend);
+// The table line "check ... vs <against> (tolerance T): ok | FAILED", when checked.
+void print_check(std::ostream& os, const CheckResult& c, const std::string& against);
+// The JSON fields of the shape: batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, layout.
+void write_problem_json(JsonWriter& j, const ProblemShape& s);
+// The JSON field "check": {relative_error, tolerance, passed}, or null when not checked.
+void write_check_json(JsonWriter& j, const CheckResult& c);
 
 class AttentionJob {
  public:

@@ -27,19 +27,13 @@ struct RunResult {
   int64_t kept_pairs = 0;
   double density = 0.0;
   double gflops = 0.0;
-  bool checked = false;
-  double error = 0.0;
-  double tolerance = 0.0;
-  bool passed = true;
+  CheckResult check;
 };
 
 void print_table(const ProblemShape& s, Backend backend, const PatternSetup& setup,
                  const BlockMask& mask, const RunResult& r) {
   std::ostream& os = std::cout;
-  os << "backend     " << backend_name(backend) << "\n";
-  os << "shape       B=" << s.batch << " Hq=" << s.heads << " Hkv=" << s.kv_heads << " Lq=" << s.q_len
-     << " Lk=" << s.k_len << " D=" << s.head_dim << " " << dtype_name(s.dtype) << " "
-     << layout_name(s.layout) << "\n";
+  print_problem(os, s, backend);
   os << "pattern     " << setup.label << ": " << setup.pattern.describe() << "\n";
   os << "mask        blocks " << mask.block_q() << "x" << mask.block_k() << ", "
      << format_count(mask.num_blocks()) << " kept (" << format_count(mask.num_full_blocks())
@@ -49,9 +43,7 @@ void print_table(const ProblemShape& s, Backend backend, const PatternSetup& set
   os << "time        " << format_seconds(r.timing.median_s) << " (median of " << r.timing.samples
      << " after 1 warm-up)\n";
   os << "throughput  " << format_flops(r.gflops * 1e9) << " effective\n";
-  if (r.checked)
-    os << "check       relative error " << format_general(r.error) << " vs reference (tolerance "
-       << format_general(r.tolerance) << "): " << (r.passed ? "ok" : "FAILED") << "\n";
+  print_check(os, r.check, "reference");
 }
 
 void print_json(const ProblemShape& s, Backend backend, const PatternSetup& setup,
@@ -60,23 +52,14 @@ void print_json(const ProblemShape& s, Backend backend, const PatternSetup& setu
   j.begin_object();
   j.field("backend", backend_name(backend));
   j.field("pattern", setup.label).field("describe", setup.pattern.describe());
-  j.field("batch", s.batch).field("heads", s.heads).field("kv_heads", s.kv_heads);
-  j.field("seq_q", s.q_len).field("seq_k", s.k_len).field("head_dim", s.head_dim);
-  j.field("dtype", dtype_name(s.dtype)).field("layout", layout_name(s.layout));
+  write_problem_json(j, s);
   j.field("block_q", mask.block_q()).field("block_k", mask.block_k());
   j.field("blocks_kept", mask.num_blocks()).field("full_blocks", mask.num_full_blocks());
   j.field("mask_build_ms", r.build_s * 1e3);
   j.field("kept_pairs", r.kept_pairs).field("density", r.density);
   j.field("time_ms", r.timing.median_s * 1e3).field("samples", r.timing.samples);
   j.field("gflops", r.gflops);
-  j.key("check");
-  if (r.checked) {
-    j.begin_object();
-    j.field("relative_error", r.error).field("tolerance", r.tolerance).field("passed", r.passed);
-    j.end_object();
-  } else {
-    j.null();
-  }
+  write_check_json(j, r.check);
   j.end_object();
 }
 
@@ -115,18 +98,13 @@ int run_main(const Args& args) {
   r.density = mask.density(s.heads);
   r.gflops = 4.0 * static_cast<double>(r.kept_pairs) * static_cast<double>(s.head_dim) /
              r.timing.median_s / 1e9;
-  if (check) {
-    r.checked = true;
-    r.error = job.error_against_reference(mask);
-    r.tolerance = check_tolerance(s.dtype);
-    r.passed = r.error <= r.tolerance;  // false for NaN too
-  }
+  if (check) r.check = judge_error(job.error_against_reference(mask), s.dtype);
   if (json) {
     print_json(s, backend, setup, mask, r);
   } else {
     print_table(s, backend, setup, mask, r);
   }
-  return r.passed ? 0 : 1;
+  return r.check.passed ? 0 : 1;
 }
 
 }  // namespace

@@ -37,10 +37,7 @@ namespace spattn::cli {
 namespace {
 
 constexpr int64_t kDefaultQualityRows = 32;
-constexpr int64_t kTokenPictureMaxPairs = int64_t{2048} * 2048;
 constexpr double kNoBudget = std::numeric_limits<double>::infinity();
-
-double tolerance_for(DType dtype) { return dtype == DType::F32 ? 1e-5 : 1e-2; }
 
 // Batch element b of t as a tensor of batch 1.
 TensorView batch_slice(const TensorView& t, int64_t b) {
@@ -95,9 +92,7 @@ struct DynamicResult {
   Timing fused_attention, fused;
   bool fused_timed = false;
   SelectionQuality quality;
-  bool checked = false;
-  double error = 0.0, tolerance = 0.0;
-  bool passed = true;
+  CheckResult check;
 };
 
 // Median of one phase over the timed calls.
@@ -245,10 +240,7 @@ void print_table(const ProblemShape& s, Backend backend, const SelectConfig& c, 
       static_cast<double>(s.batch * s.heads) * static_cast<double>(s.q_len) * static_cast<double>(s.k_len);
   const int64_t kept = kept_pairs(s, r.masks);
   const double total_s = r.selection.median_s + r.attention.median_s;
-  os << "backend     " << backend_name(backend) << "\n";
-  os << "shape       B=" << s.batch << " Hq=" << s.heads << " Hkv=" << s.kv_heads << " Lq=" << s.q_len
-     << " Lk=" << s.k_len << " D=" << s.head_dim << " " << dtype_name(s.dtype) << " " << layout_name(s.layout)
-     << "\n";
+  print_problem(os, s, backend);
   os << "pattern     topk: " << describe_config(c) << "; structured inputs\n";
   os << "mask        blocks " << c.block_q << "x" << c.block_k << ", " << format_count(blocks) << " kept ("
      << format_count(full) << " full), density " << format_general(static_cast<double>(kept) / pairs, 4)
@@ -274,18 +266,14 @@ void print_table(const ProblemShape& s, Backend backend, const SelectConfig& c, 
      << format_general(r.quality.recall_min, 4) << " worst; output error "
      << format_general(r.quality.output_error) << " vs " << (c.causal ? "causal" : "dense") << " attention ("
      << r.quality.rows << " sampled rows)\n";
-  if (r.checked)
-    os << "check       relative error " << format_general(r.error) << " vs reference on the chosen blocks "
-       << "(tolerance " << format_general(r.tolerance) << "): " << (r.passed ? "ok" : "FAILED") << "\n";
+  print_check(os, r.check, "reference on the chosen blocks");
 }
 
 void print_json(const ProblemShape& s, Backend backend, const SelectConfig& c, const DynamicResult& r) {
   JsonWriter j(std::cout);
   j.begin_object();
   j.field("backend", backend_name(backend)).field("pattern", "topk").field("select", describe_config(c));
-  j.field("batch", s.batch).field("heads", s.heads).field("kv_heads", s.kv_heads);
-  j.field("seq_q", s.q_len).field("seq_k", s.k_len).field("head_dim", s.head_dim);
-  j.field("dtype", dtype_name(s.dtype)).field("layout", layout_name(s.layout));
+  write_problem_json(j, s);
   j.field("block_q", c.block_q).field("block_k", c.block_k);
   const int64_t kept = kept_pairs(s, r.masks);
   j.field("kept_pairs", kept);
@@ -316,14 +304,7 @@ void print_json(const ProblemShape& s, Backend backend, const SelectConfig& c, c
     j.null();
   j.field("recall_mean", r.quality.recall_mean).field("recall_min", r.quality.recall_min);
   j.field("output_error", r.quality.output_error).field("quality_rows", r.quality.rows);
-  j.key("check");
-  if (r.checked) {
-    j.begin_object();
-    j.field("relative_error", r.error).field("tolerance", r.tolerance).field("passed", r.passed);
-    j.end_object();
-  } else {
-    j.null();
-  }
+  write_check_json(j, r.check);
   j.end_object();
 }
 
@@ -388,17 +369,12 @@ int run_dynamic(const Args& args, const ProblemShape& s, Backend requested, int6
   const double scale = 1.0 / std::sqrt(static_cast<double>(s.head_dim));
   r.quality = selection_quality(in.q.view(), in.k.view(), in.v.view(), in.out.view(), r.masks, config.causal,
                                 scale, quality_rows);
-  if (check) {
-    r.checked = true;
-    r.error = check_against_reference(s, in, r);
-    r.tolerance = tolerance_for(s.dtype);
-    r.passed = r.error <= r.tolerance;  // false for NaN too
-  }
+  if (check) r.check = judge_error(check_against_reference(s, in, r), s.dtype);
   if (json)
     print_json(s, backend, config, r);
   else
     print_table(s, backend, config, r);
-  return r.passed ? 0 : 1;
+  return r.check.passed ? 0 : 1;
 }
 
 int mask_dynamic(const Args& args, int64_t q_len, int64_t k_len, int64_t heads, int64_t head,
@@ -414,36 +390,18 @@ int mask_dynamic(const Args& args, int64_t q_len, int64_t k_len, int64_t heads, 
   SelectBreakdown phases;
   const BlockMask mask = select_blocks(q.view(), k.view(), config, &phases);
 
-  const BlockMaskView v = mask.view();
-  const int64_t mh = v.mask_head(head, heads);
-  int64_t head_blocks = 0, head_full = 0;
-  for (int64_t qb = 0; qb < v.num_q_blocks; ++qb)
-    for (int64_t at = v.row_begin(v.row(mh, qb)); at < v.row_end(v.row(mh, qb)); ++at) {
-      ++head_blocks;
-      head_full += v.kv_full[at];
-    }
+  const HeadBlocks counts = count_head_blocks(mask, head, heads);
   std::ostream& os = std::cout;
   os << "pattern     topk: " << describe_config(config) << "; structured inputs (seed " << seed
      << ", D 64)\n";
   os << "shape       Lq=" << q_len << " Lk=" << k_len << " heads=" << heads << ", blocks " << mask.block_q()
-     << "x" << mask.block_k() << " (" << v.num_q_blocks << " x " << v.num_k_blocks << " grid)\n";
-  os << "blocks      head " << head << ": " << format_count(head_blocks) << " kept of "
-     << format_count(v.num_q_blocks * v.num_k_blocks) << " (" << format_count(head_full) << " full, "
-     << format_count(head_blocks - head_full) << " partial)\n";
+     << "x" << mask.block_k() << " (" << mask.num_q_blocks() << " x " << mask.num_k_blocks() << " grid)\n";
+  os << "blocks      head " << head << ": " << format_count(counts.kept) << " kept of "
+     << format_count(mask.num_q_blocks() * mask.num_k_blocks()) << " (" << format_count(counts.full)
+     << " full, " << format_count(counts.kept - counts.full) << " partial)\n";
   os << "density     " << format_general(mask.density(heads), 4) << "\n";
   os << "selection   " << format_seconds(phases.total_s()) << "\n";
-  const RgbImage blocks = render_block_mask(mask, head, heads, max_side);
-  write_png(out, blocks);
-  os << "wrote       " << out << " (" << blocks.width() << " x " << blocks.height() << ")\n";
-  if (q_len <= kTokenPictureMaxPairs / k_len) {
-    const std::string ext = ".png";
-    const bool has_ext =
-        out.size() > ext.size() && out.compare(out.size() - ext.size(), ext.size(), ext) == 0;
-    const std::string path = (has_ext ? out.substr(0, out.size() - ext.size()) : out) + "_tokens.png";
-    const RgbImage tokens = render_token_mask(mask, head, heads, max_side);
-    write_png(path, tokens);
-    os << "wrote       " << path << " (" << tokens.width() << " x " << tokens.height() << ")\n";
-  }
+  write_mask_pictures(os, mask, head, heads, max_side, out);
   return 0;
 }
 

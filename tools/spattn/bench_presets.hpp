@@ -8,7 +8,10 @@
 //  - mask build (preset `mask-build`): BlockMask::build time and blocks kept at
 //    a million tokens;
 //  - cpu (preset `cpu`): the CPU backend's GFLOP/s and share of the measured
-//    fp32 FMA peak, time vs density x dense time, a million-token window.
+//    fp32 FMA peak, time vs density x dense time, a million-token window;
+//  - dynamic (`--pattern topk`): the selection's phases, the attention on the
+//    chosen blocks, the same masks run as static masks and dense attention,
+//    with recall and output error against dense.
 // Each prints one table per pattern to stdout and writes its "results" array
 // into the open JSON object.
 #pragma once
@@ -19,6 +22,7 @@
 #include "attention_job.hpp"
 #include "bench_catalogue.hpp"
 #include "json_writer.hpp"
+#include "spattn/select.hpp"
 
 namespace spattn::cli {
 
@@ -42,5 +46,10 @@ void run_mask_build(const BenchConfig& config, JsonWriter& json);
 // peak and against density x dense time, plus one long sliding-window row.
 std::vector<BenchEntry> cpu_catalogue();
 void run_cpu(const BenchConfig& config, JsonWriter& json);
+
+// `--pattern topk` (bench_dynamic.cpp): one row per length of config.seqs,
+// measured by measure_dynamic (dynamic_pattern.hpp); config.entries unused.
+void run_dynamic_bench(const BenchConfig& config, const SelectConfig& select, int64_t quality_rows,
+                       JsonWriter& json);
 
 }  // namespace spattn::cli

@@ -1,7 +1,8 @@
 // tools/spattn/cmd_bench.cpp - `spattn bench`: benchmark presets, tables, JSON.
 //
 // Reads the flags into a BenchConfig (preset defaults first, flags override),
-// runs the preset's loop (bench_presets.hpp), writes one JSON document with the
+// runs the preset's loop (bench_presets.hpp; `--pattern topk` runs the
+// dynamic-selection table instead of a preset), writes one JSON document with the
 // machine, the backend, the shapes and every number to --out, and, with
 // --plot-dir, runs bench/plot.py on it (see plot_python for the interpreter).
 #include <spawn.h>
@@ -18,6 +19,7 @@
 
 #include "bench_presets.hpp"
 #include "commands.hpp"
+#include "dynamic_pattern.hpp"
 #include "spattn/error.hpp"
 
 #ifndef SPATTN_SOURCE_DIR
@@ -97,8 +99,11 @@ void write_file(const std::string& path, const std::string& text) {
 }
 
 int bench_main(const Args& args) {
+  const std::optional<std::string> pattern = args.find_string("pattern");
+  require(!pattern || *pattern == "topk", "--pattern: spattn bench runs only 'topk' (dynamic block ",
+          "selection; fixed patterns go in --patterns), got '", pattern.value_or(""), "'");
   const std::string preset =
-      args.get_choice("preset", "default", {"default", "seeds", "mask-build", "cpu"});
+      pattern ? "topk" : args.get_choice("preset", "default", {"default", "seeds", "mask-build", "cpu"});
   const bool attention_preset = preset != "mask-build";
 
   BenchConfig c;
@@ -113,6 +118,9 @@ int bench_main(const Args& args) {
     c.seqs = {4096, 8192};
     c.shape.heads = 4;
     catalogue = cpu_catalogue();
+  } else if (preset == "topk") {
+    c.seqs = {4096, 8192};
+    c.shape.heads = 4;
   } else if (preset == "seeds") {
     c.seqs = powers_of_two(128, 4096);
     c.shape.heads = 1;
@@ -124,7 +132,7 @@ int bench_main(const Args& args) {
   }
   if (labels.empty())
     for (const BenchEntry& e : catalogue) labels.push_back(e.label);
-  c.entries = select_entries(catalogue, args.find_list("patterns").value_or(labels));
+  if (preset != "topk") c.entries = select_entries(catalogue, args.find_list("patterns").value_or(labels));
   c.seqs = args.find_int_list("seqs", 1).value_or(c.seqs);
   c.shape.heads = args.get_int("heads", c.shape.heads, 1);
   c.repeats = args.get_int("repeats", 3, 1, 1000000);
@@ -134,19 +142,24 @@ int bench_main(const Args& args) {
     c.shape.kv_heads = args.get_int("kv-heads", c.shape.heads, 1);
     require(c.shape.heads % c.shape.kv_heads == 0, "--heads (", c.shape.heads,
             ") must be a multiple of --kv-heads (", c.shape.kv_heads, ")");
-    c.shape.head_dim = args.get_int("head-dim", preset == "cpu" ? 128 : 64, 1);
+    c.shape.head_dim = args.get_int("head-dim", preset == "cpu" || preset == "topk" ? 128 : 64, 1);
     c.shape.dtype = parse_dtype(args.get_choice("dtype", "fp32", {"fp32", "fp16", "bf16"}), "--dtype");
     c.backend = resolve_backend(parse_backend(args.get_choice(
         "backend", preset == "cpu" ? "cpu" : "auto", {"auto", "reference", "cpu", "cuda"})));
-    c.naive_max_seq = args.get_int("naive-up-to", preset == "seeds" ? kInt64Max : 4096, 0);
+    if (preset != "topk")
+      c.naive_max_seq = args.get_int("naive-up-to", preset == "seeds" ? kInt64Max : 4096, 0);
     c.seed = static_cast<uint64_t>(args.get_int("seed", 0, 0));
   }
   if (preset == "cpu") c.long_seq = args.get_int("long-seq", int64_t{1} << 20, 0);
+  const SelectConfig select = preset == "topk" ? select_config_from_flags(args) : SelectConfig{};
+  const int64_t quality_rows =
+      preset == "topk" ? args.get_int("quality-rows", DynamicMeasureOptions{}.quality_rows, 1) : 0;
   const std::string out_path = args.get_string("out", "results/bench.json");
   const std::optional<std::string> plot_dir = args.find_string("plot-dir");
-  args.require_all_used("to --preset " + preset);
+  args.require_all_used(preset == "topk" ? "to --pattern topk" : "to --preset " + preset);
 
-  std::cout << "spattn bench, preset " << preset << ", CPU " << cpu_model();
+  std::cout << "spattn bench, " << (preset == "topk" ? "pattern topk" : "preset " + preset) << ", CPU "
+            << cpu_model();
   if (attention_preset) {
     const ProblemShape& s = c.shape;
     std::cout << "\nbackend " << backend_name(c.backend) << ", " << dtype_name(s.dtype) << ", B=" << s.batch
@@ -170,6 +183,7 @@ int bench_main(const Args& args) {
   if (preset == "seeds") run_seeds(c, json);
   if (preset == "mask-build") run_mask_build(c, json);
   if (preset == "cpu") run_cpu(c, json);
+  if (preset == "topk") run_dynamic_bench(c, select, quality_rows, json);
   json.end_object();
 
   write_file(out_path, text.str());
@@ -184,13 +198,14 @@ Command bench_command() {
   using K = FlagKind;
   std::vector<FlagSpec> flags = {
       {"preset", K::Value, "NAME", "default | seeds | mask-build | cpu (default: default)"},
+      {"pattern", K::Value, "topk", "dynamic block selection instead of a preset (needs --topk or --tau)"},
       {"patterns", K::Value, "A,B,..", "benchmark entries to run (default: the preset's)"},
       {"seqs", K::Value, "L1,L2,..", "sequence lengths (default: the preset's)"},
       {"backend", K::Value, "NAME", "auto | reference | cpu | cuda (default auto)"},
       {"batch", K::Value, "B", "batch size (default 1)"},
       {"heads", K::Value, "H", "query heads (default 4; seeds and mask-build: 1)"},
       {"kv-heads", K::Value, "H", "key/value heads (default --heads)"},
-      {"head-dim", K::Value, "D", "head dimension (default 64)"},
+      {"head-dim", K::Value, "D", "head dimension (default 64; cpu and topk: 128)"},
       {"dtype", K::Value, "T", "fp32 | fp16 | bf16 (default fp32)"},
       {"repeats", K::Value, "N", "timed runs per measurement after a warm-up (default 3)"},
       {"budget", K::Value, "S", "at most about S seconds of timed runs per measurement (default 2)"},
@@ -200,14 +215,19 @@ Command bench_command() {
       {"plot-dir", K::Value, "DIR", "also run bench/plot.py to write PNG plots into DIR"},
       {"long-seq", K::Value, "L", "cpu: tokens of the long sliding-window row (default 1048576, 0: none)"},
   };
+  for (FlagSpec& f : dynamic_bench_flag_specs()) flags.push_back(std::move(f));
   return Command{"bench", "benchmark presets: tables on stdout, JSON results, optional plots",
                  "usage: spattn bench [--preset default|seeds|mask-build|cpu] [options]\n"
+                 "       spattn bench --pattern topk --topk K | --tau T [selection flags] [options]\n"
                  "  default:    every pattern vs dense on the best backend, L = 1024..4096\n"
                  "  seeds:      the seed programs' tables (streaming 16+64, block-diagonal 16),\n"
                  "              T = 128..4096, naive dense vs fused dense vs fused sparse\n"
                  "  mask-build: BlockMask::build time and blocks kept at L = 1,048,576\n"
                  "  cpu:        CPU backend vs the measured fp32 FMA peak and density x dense,\n"
-                 "              D = 128, L = 4096, 8192, plus a 1M-token sliding window",
+                 "              D = 128, L = 4096, 8192, plus a 1M-token sliding window\n"
+                 "  topk:       dynamic selection phases, attention, total, the same mask as a\n"
+                 "              static pattern and dense, recall and error; D = 128, H = 4,\n"
+                 "              L = 4096, 8192 (on a GPU: --seqs 8192,32768,131072 --heads 16 --dtype bf16)",
                  std::move(flags), bench_main};
 }
 

@@ -1,7 +1,7 @@
-// tools/spattn/dynamic_pattern.cpp - `--pattern topk` for run and mask (see
-// dynamic_pattern.hpp).
+// tools/spattn/dynamic_pattern.cpp - `--pattern topk` for run, mask and bench
+// (see dynamic_pattern.hpp).
 //
-// run: on host backends the selection is select_blocks_batched (each phase
+// measure_dynamic (behind run, and bench per length): on host backends the selection is select_blocks_batched (each phase
 // time is the median over the timed calls; time_median, after one warm-up).
 // On the CUDA backend every time is the median of CUDA-event intervals after
 // one warm-up: the selector's phases (pooling, scoring with ordering), the
@@ -36,8 +36,13 @@
 namespace spattn::cli {
 namespace {
 
-constexpr int64_t kDefaultQualityRows = 32;
 constexpr double kNoBudget = std::numeric_limits<double>::infinity();
+
+FlagSpec quality_rows_flag() {
+  return {"quality-rows", FlagKind::Value, "N",
+          "topk: rows per (batch, head) for recall and error vs dense (default " +
+              std::to_string(DynamicMeasureOptions{}.quality_rows) + ")"};
+}
 
 // Batch element b of t as a tensor of batch 1.
 TensorView batch_slice(const TensorView& t, int64_t b) {
@@ -53,16 +58,6 @@ void attend_all(const TensorView& q, const TensorView& k, const TensorView& v, c
   for (int64_t b = 0; b < q.batch(); ++b)
     attention(batch_slice(q, b), batch_slice(k, b), batch_slice(v, b), batch_slice(out, b), masks[b],
               options);
-}
-
-std::string describe_config(const SelectConfig& c) {
-  std::string s = c.topk ? "topk " + std::to_string(*c.topk) : "tau " + format_general(*c.tau, 4);
-  s += ", sink " + std::to_string(c.sink_blocks) + ", local " + std::to_string(c.local_blocks);
-  if (c.min_blocks > 0) s += ", min " + std::to_string(c.min_blocks);
-  if (c.max_blocks > 0) s += ", max " + std::to_string(c.max_blocks);
-  s += c.stride > 0 ? ", antidiagonal stride " + std::to_string(c.stride) : ", mean pooling";
-  s += c.per_query_head ? ", per query head" : ", per kv head";
-  return s + (c.causal ? ", causal" : "");
 }
 
 struct Inputs {
@@ -81,20 +76,6 @@ struct Inputs {
   }
 };
 
-struct DynamicResult {
-  std::vector<BlockMask> masks;
-  bool phases_known = false;
-  SelectBreakdown phases;     // per call
-  Timing selection, attention, dense;
-  bool dense_timed = false;
-  // CUDA: CudaDynamicAttention's attention on its own selection, and select
-  // then attend in one queue (end to end).
-  Timing fused_attention, fused;
-  bool fused_timed = false;
-  SelectionQuality quality;
-  CheckResult check;
-};
-
 // Median of one phase over the timed calls.
 double median_of(const std::vector<SelectBreakdown>& calls, double SelectBreakdown::*phase) {
   std::vector<double> x;
@@ -111,7 +92,7 @@ std::vector<BlockMask> dense_masks(const ProblemShape& s, const SelectConfig& c)
 }
 
 void run_on_host(const ProblemShape& s, Backend backend, const SelectConfig& c, int64_t repeats,
-                 bool vs_dense, Inputs& in, DynamicResult& r) {
+                 bool vs_dense, Inputs& in, DynamicMeasurement& r) {
   AttentionOptions options;
   options.backend = backend;
   const TensorView q = in.q.view(), k = in.k.view(), v = in.v.view(), out = in.out.view();
@@ -169,7 +150,7 @@ std::vector<double> device_phase_medians(const std::vector<std::function<void()>
 #endif
 
 void run_on_device(const ProblemShape& s, const SelectConfig& c, int64_t repeats, bool vs_dense, Inputs& in,
-                   DynamicResult& r) {
+                   DynamicMeasurement& r) {
 #if defined(SPATTN_HAVE_CUDA)
   DeviceBuffers dev({&in.q, &in.k, &in.v, &in.out});
   AttentionOptions options;
@@ -213,7 +194,7 @@ void run_on_device(const ProblemShape& s, const SelectConfig& c, int64_t repeats
 #endif
 }
 
-double check_against_reference(const ProblemShape& s, const Inputs& in, const DynamicResult& r) {
+double check_against_reference(const ProblemShape& s, const Inputs& in, const DynamicMeasurement& r) {
   HostTensor ref("reference out", DType::F64, s.batch, s.heads, s.q_len, s.head_dim, Layout::BHLD);
   ref.poison();
   const double scale = 1.0 / std::sqrt(static_cast<double>(s.head_dim));
@@ -229,28 +210,24 @@ int64_t kept_pairs(const ProblemShape& s, const std::vector<BlockMask>& masks) {
   return total;
 }
 
-void print_table(const ProblemShape& s, Backend backend, const SelectConfig& c, const DynamicResult& r) {
+void print_table(const ProblemShape& s, Backend backend, const SelectConfig& c, const DynamicMeasurement& r) {
   std::ostream& os = std::cout;
   int64_t blocks = 0, full = 0;
   for (const BlockMask& m : r.masks) {
     blocks += m.num_blocks();
     full += m.num_full_blocks();
   }
-  const double pairs =
-      static_cast<double>(s.batch * s.heads) * static_cast<double>(s.q_len) * static_cast<double>(s.k_len);
-  const int64_t kept = kept_pairs(s, r.masks);
   const double total_s = r.selection.median_s + r.attention.median_s;
   print_problem(os, s, backend);
-  os << "pattern     topk: " << describe_config(c) << "; structured inputs\n";
+  os << "pattern     topk: " << describe_select_config(c) << "; structured inputs\n";
   os << "mask        blocks " << c.block_q << "x" << c.block_k << ", " << format_count(blocks) << " kept ("
-     << format_count(full) << " full), density " << format_general(static_cast<double>(kept) / pairs, 4)
-     << "\n";
+     << format_count(full) << " full), density " << format_general(r.density, 4) << "\n";
   os << "selection   " << format_seconds(r.selection.median_s);
   if (r.phases_known)
     os << " (pooling " << format_seconds(r.phases.pooling_s) << ", scoring "
        << format_seconds(r.phases.scoring_s) << ", selection " << format_seconds(r.phases.selection_s) << ")";
-  const double attention_s = r.fused_timed ? r.fused_attention.median_s : r.attention.median_s;
-  os << ", " << format_general(100.0 * r.selection.median_s / attention_s) << "% of the attention\n";
+  os << ", " << format_general(100.0 * r.selection.median_s / r.dynamic_attention_s())
+     << "% of the attention\n";
   os << "attention   " << format_seconds(r.attention.median_s) << " on the chosen blocks as static masks";
   if (r.fused_timed) os << ", " << format_seconds(r.fused_attention.median_s) << " on the device-built arrays";
   os << "\n";
@@ -261,7 +238,7 @@ void print_table(const ProblemShape& s, Backend backend, const SelectConfig& c, 
   if (r.dense_timed)
     os << "dense       " << format_seconds(r.dense.median_s) << " (" << (c.causal ? "causal" : "dense")
        << " attention; dynamic is "
-       << format_ratio(r.dense.median_s / (r.fused_timed ? r.fused.median_s : total_s)) << " faster)\n";
+       << format_ratio(r.dense.median_s / r.dynamic_total_s()) << " faster)\n";
   os << "quality     recall " << format_general(r.quality.recall_mean, 4) << " mean, "
      << format_general(r.quality.recall_min, 4) << " worst; output error "
      << format_general(r.quality.output_error) << " vs " << (c.causal ? "causal" : "dense") << " attention ("
@@ -269,17 +246,22 @@ void print_table(const ProblemShape& s, Backend backend, const SelectConfig& c, 
   print_check(os, r.check, "reference on the chosen blocks");
 }
 
-void print_json(const ProblemShape& s, Backend backend, const SelectConfig& c, const DynamicResult& r) {
+void print_json(const ProblemShape& s, Backend backend, const SelectConfig& c, const DynamicMeasurement& r) {
   JsonWriter j(std::cout);
   j.begin_object();
-  j.field("backend", backend_name(backend)).field("pattern", "topk").field("select", describe_config(c));
+  j.field("backend", backend_name(backend)).field("pattern", "topk");
+  j.field("select", describe_select_config(c));
   write_problem_json(j, s);
   j.field("block_q", c.block_q).field("block_k", c.block_k);
-  const int64_t kept = kept_pairs(s, r.masks);
-  j.field("kept_pairs", kept);
-  j.field("density",
-          static_cast<double>(kept) / (static_cast<double>(s.batch * s.heads) * static_cast<double>(s.q_len) *
-                                       static_cast<double>(s.k_len)));
+  write_dynamic_json(j, r);
+  write_check_json(j, r.check);
+  j.end_object();
+}
+
+}  // namespace
+
+void write_dynamic_json(JsonWriter& j, const DynamicMeasurement& r) {
+  j.field("kept_pairs", r.kept_pairs).field("density", r.density);
   j.field("selection_ms", r.selection.median_s * 1e3);
   if (r.phases_known) {
     j.field("pooling_ms", r.phases.pooling_s * 1e3).field("scoring_ms", r.phases.scoring_s * 1e3);
@@ -304,11 +286,36 @@ void print_json(const ProblemShape& s, Backend backend, const SelectConfig& c, c
     j.null();
   j.field("recall_mean", r.quality.recall_mean).field("recall_min", r.quality.recall_min);
   j.field("output_error", r.quality.output_error).field("quality_rows", r.quality.rows);
-  write_check_json(j, r.check);
-  j.end_object();
 }
 
-}  // namespace
+std::string describe_select_config(const SelectConfig& c) {
+  std::string s = c.topk ? "topk " + std::to_string(*c.topk) : "tau " + format_general(*c.tau, 4);
+  s += ", sink " + std::to_string(c.sink_blocks) + ", local " + std::to_string(c.local_blocks);
+  if (c.min_blocks > 0) s += ", min " + std::to_string(c.min_blocks);
+  if (c.max_blocks > 0) s += ", max " + std::to_string(c.max_blocks);
+  s += c.stride > 0 ? ", antidiagonal stride " + std::to_string(c.stride) : ", mean pooling";
+  s += c.per_query_head ? ", per query head" : ", per kv head";
+  return s + (c.causal ? ", causal" : "");
+}
+
+DynamicMeasurement measure_dynamic(const ProblemShape& s, Backend backend, const SelectConfig& config,
+                                   const DynamicMeasureOptions& o) {
+  Inputs in(s, o.seed);
+  DynamicMeasurement r;
+  if (backend == Backend::Cuda)
+    run_on_device(s, config, o.repeats, o.vs_dense, in, r);
+  else
+    run_on_host(s, backend, config, o.repeats, o.vs_dense, in, r);
+  r.kept_pairs = kept_pairs(s, r.masks);
+  const double pairs =
+      static_cast<double>(s.batch * s.heads) * static_cast<double>(s.q_len) * static_cast<double>(s.k_len);
+  r.density = static_cast<double>(r.kept_pairs) / pairs;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(s.head_dim));
+  r.quality = selection_quality(in.q.view(), in.k.view(), in.v.view(), in.out.view(), r.masks, config.causal,
+                                scale, o.quality_rows);
+  if (o.check) r.check = judge_error(check_against_reference(s, in, r), s.dtype);
+  return r;
+}
 
 std::vector<FlagSpec> dynamic_flag_specs(bool for_run) {
   using K = FlagKind;
@@ -322,10 +329,21 @@ std::vector<FlagSpec> dynamic_flag_specs(bool for_run) {
       {"per-query-head", K::Switch, "", "topk: one selection per query head (default: per kv head)"},
   };
   if (for_run) {
-    flags.push_back({"quality-rows", K::Value, "N",
-                     "topk: rows per (batch, head) for recall and error vs dense (default 32)"});
+    flags.push_back(quality_rows_flag());
     flags.push_back({"vs-dense", K::Switch, "", "topk: also time dense (or causal) attention"});
   }
+  return flags;
+}
+
+std::vector<FlagSpec> dynamic_bench_flag_specs() {
+  using K = FlagKind;
+  std::vector<FlagSpec> flags = dynamic_flag_specs(false);
+  flags.push_back(quality_rows_flag());
+  flags.push_back({"block", K::Value, "B", "topk: block size of queries and keys (default 128)"});
+  flags.push_back({"block-q", K::Value, "B", "topk: query block size (default --block)"});
+  flags.push_back({"block-k", K::Value, "B", "topk: key block size (default --block)"});
+  flags.push_back({"causal", K::Switch, "", "topk: causal selection and attention"});
+  flags.push_back({"stride", K::Value, "S", "topk: antidiagonal sampling stride (default 0 = mean pooling)"});
   return flags;
 }
 
@@ -355,21 +373,15 @@ SelectConfig select_config_from_flags(const Args& args) {
 int run_dynamic(const Args& args, const ProblemShape& s, Backend requested, int64_t repeats, uint64_t seed,
                 bool check, bool json) {
   const SelectConfig config = select_config_from_flags(args);
-  const int64_t quality_rows = args.get_int("quality-rows", kDefaultQualityRows, 1);
-  const bool vs_dense = args.flag("vs-dense");
+  DynamicMeasureOptions options;
+  options.repeats = repeats;
+  options.seed = seed;
+  options.vs_dense = args.flag("vs-dense");
+  options.quality_rows = args.get_int("quality-rows", options.quality_rows, 1);
+  options.check = check;
   args.require_all_used("to --pattern topk");
   const Backend backend = resolve_backend(requested);
-
-  Inputs in(s, seed);
-  DynamicResult r;
-  if (backend == Backend::Cuda)
-    run_on_device(s, config, repeats, vs_dense, in, r);
-  else
-    run_on_host(s, backend, config, repeats, vs_dense, in, r);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(s.head_dim));
-  r.quality = selection_quality(in.q.view(), in.k.view(), in.v.view(), in.out.view(), r.masks, config.causal,
-                                scale, quality_rows);
-  if (check) r.check = judge_error(check_against_reference(s, in, r), s.dtype);
+  const DynamicMeasurement r = measure_dynamic(s, backend, config, options);
   if (json)
     print_json(s, backend, config, r);
   else
@@ -392,7 +404,7 @@ int mask_dynamic(const Args& args, int64_t q_len, int64_t k_len, int64_t heads, 
 
   const HeadBlocks counts = count_head_blocks(mask, head, heads);
   std::ostream& os = std::cout;
-  os << "pattern     topk: " << describe_config(config) << "; structured inputs (seed " << seed
+  os << "pattern     topk: " << describe_select_config(config) << "; structured inputs (seed " << seed
      << ", D 64)\n";
   os << "shape       Lq=" << q_len << " Lk=" << k_len << " heads=" << heads << ", blocks " << mask.block_q()
      << "x" << mask.block_k() << " (" << mask.num_q_blocks() << " x " << mask.num_k_blocks() << " grid)\n";

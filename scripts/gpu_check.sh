@@ -3,8 +3,9 @@
 # one go: configure and build (library, GPU tests, benchmark driver), run the
 # GPU test suite (ctest -L gpu), compute-sanitizer memcheck and racecheck on
 # small problems, the Python package's tests (pytest, marker gpu included),
-# then the benchmarks (our kernel alone, then next to its peers). Results go to $OUT (default ./gpu_check_out): the JSON results and
-# all logs packed in logs.tgz.
+# then the benchmarks (our kernel alone, then next to its peers). Results go
+# to $OUT (default ./gpu_check_out): the JSON results and all logs packed in
+# logs.tgz.
 #
 #   scripts/gpu_check.sh [build] [test] [sanitize] [python] [bench] [seeds] [profile] [peers]
 #   (default: all but profile)

@@ -46,6 +46,14 @@ inline TensorView make_blhd(void* data, DType dtype, int64_t B, int64_t L, int64
   return TensorView{data, dtype, {B, H, L, D}, {L * H * D, D, H * D, 1}};
 }
 
+// Batch element b of t, as a view with batch 1 (no copy).
+inline TensorView batch_slice(const TensorView& t, int64_t b) {
+  TensorView s = t;
+  s.data = static_cast<unsigned char*>(t.data) + b * t.stride[0] * dtype_size(t.dtype);
+  s.shape[0] = 1;
+  return s;
+}
+
 // The log-sum-exp output: fp32 (B, H, Lq) viewed as a TensorView with D = 1.
 inline TensorView make_lse(float* data, int64_t B, int64_t H, int64_t L) {
   return TensorView{data, DType::F32, {B, H, L, 1}, {H * L, L, 1, 1}};

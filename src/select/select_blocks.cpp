@@ -127,14 +127,6 @@ BlockMask select_one(const TensorView& q, const TensorView& k, int64_t b, const 
   return mask;
 }
 
-// Batch element b of t as a tensor of batch 1.
-TensorView batch_slice(const TensorView& t, int64_t b) {
-  TensorView s = t;
-  s.data = static_cast<unsigned char*>(t.data) + b * t.stride[0] * dtype_size(t.dtype);
-  s.shape[0] = 1;
-  return s;
-}
-
 }  // namespace
 
 std::vector<BlockMask> select_blocks_batched(const TensorView& q, const TensorView& k,

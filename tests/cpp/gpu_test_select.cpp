@@ -88,14 +88,6 @@ std::vector<std::vector<double>> host_probabilities(const HostTensor& q, const H
   return rows;
 }
 
-// Batch element b of a (B, H, L, D) view, as a view with B = 1.
-TensorView batch_slice(const TensorView& t, int64_t b) {
-  TensorView s = t;
-  s.data = static_cast<unsigned char*>(t.data) + b * t.stride[0] * dtype_size(t.dtype);
-  s.shape[0] = 1;
-  return s;
-}
-
 // Batch element b of a contiguous host tensor, as its own tensor.
 HostTensor batch_copy(const HostTensor& t, int64_t b) {
   HostTensor c(t.view.dtype, 1, t.view.heads(), t.view.seq_len(), t.view.head_dim());

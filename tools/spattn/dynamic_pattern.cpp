@@ -44,14 +44,6 @@ FlagSpec quality_rows_flag() {
               std::to_string(DynamicMeasureOptions{}.quality_rows) + ")"};
 }
 
-// Batch element b of t as a tensor of batch 1.
-TensorView batch_slice(const TensorView& t, int64_t b) {
-  TensorView s = t;
-  s.data = static_cast<unsigned char*>(t.data) + b * t.stride[0] * dtype_size(t.dtype);
-  s.shape[0] = 1;
-  return s;
-}
-
 // attention() of every batch element with its own mask.
 void attend_all(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                 const std::vector<BlockMask>& masks, const AttentionOptions& options) {

@@ -323,12 +323,13 @@ __device__ __forceinline__ void softmax_update(float (&s)[Tr::kMAtoms][Tr::kNAto
   }
 }
 
-// O / l to `out` (input type or fp32) and the LSE, rows below q_len only.
-template <typename Tr>
-__device__ __forceinline__ void write_output(const FwdParams& p, const float (&o)[Tr::kMAtoms][Tr::kDAtoms][4],
-                                             const float (&m)[Tr::kMAtoms][2], float (&l)[Tr::kMAtoms][2],
-                                             int64_t b, int64_t h, int64_t q0, int warp, int lane) {
-  using T = typename Tr::T;
+// The end of the rows of this thread: for each (a, half), the row sum over the
+// four threads of its quad, the factor 1 / sum that normalises O (0 for a row
+// with no allowed key) and the natural-log LSE (-inf for such a row), handed
+// to store(a, half, inv, lse).
+template <typename Tr, typename Store>
+__device__ __forceinline__ void finish_rows(const float (&m)[Tr::kMAtoms][2], const float (&l)[Tr::kMAtoms][2],
+                                            Store&& store) {
 #pragma unroll
   for (int a = 0; a < Tr::kMAtoms; ++a) {
 #pragma unroll
@@ -337,22 +338,33 @@ __device__ __forceinline__ void write_output(const FwdParams& p, const float (&o
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
       const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-      const int64_t row = q0 + warp * Tr::kWarpRows + a * 16 + (lane >> 2) + half * 8;
-      if (row >= p.q_len) continue;
-      const int64_t base = p.out.row_offset(b, h, row) + (lane & 3) * 2;
-#pragma unroll
-      for (int d = 0; d < Tr::kDAtoms; ++d) {
-        const float x = o[a][d][2 * half] * inv, y = o[a][d][2 * half + 1] * inv;
-        if (p.out_f32)
-          *reinterpret_cast<float2*>(static_cast<float*>(p.out.data) + base + d * 8) = make_float2(x, y);
-        else
-          *reinterpret_cast<uint32_t*>(static_cast<T*>(p.out.data) + base + d * 8) = pack2<T>(x, y);
-      }
-      if (p.lse != nullptr && (lane & 3) == 0)
-        p.lse[b * p.lse_stride_b + h * p.lse_stride_h + row * p.lse_stride_l] =
-            sum > 0.0f ? (m[a][half] + __log2f(sum)) * kLn2 : kNegInf;
+      const float lse = sum > 0.0f ? (m[a][half] + __log2f(sum)) * kLn2 : kNegInf;
+      store(a, half, inv, lse);
     }
   }
+}
+
+// O / l to `out` (input type or fp32) and the LSE, rows below q_len only.
+template <typename Tr>
+__device__ __forceinline__ void write_output(const FwdParams& p, const float (&o)[Tr::kMAtoms][Tr::kDAtoms][4],
+                                             const float (&m)[Tr::kMAtoms][2], const float (&l)[Tr::kMAtoms][2],
+                                             int64_t b, int64_t h, int64_t q0, int warp, int lane) {
+  using T = typename Tr::T;
+  finish_rows<Tr>(m, l, [&](int a, int half, float inv, float lse) {
+    const int64_t row = q0 + warp * Tr::kWarpRows + a * 16 + (lane >> 2) + half * 8;
+    if (row >= p.q_len) return;
+    const int64_t base = p.out.row_offset(b, h, row) + (lane & 3) * 2;
+#pragma unroll
+    for (int d = 0; d < Tr::kDAtoms; ++d) {
+      const float x = o[a][d][2 * half] * inv, y = o[a][d][2 * half + 1] * inv;
+      if (p.out_f32)
+        *reinterpret_cast<float2*>(static_cast<float*>(p.out.data) + base + d * 8) = make_float2(x, y);
+      else
+        *reinterpret_cast<uint32_t*>(static_cast<T*>(p.out.data) + base + d * 8) = pack2<T>(x, y);
+    }
+    if (p.lse != nullptr && (lane & 3) == 0)
+      p.lse[b * p.lse_stride_b + h * p.lse_stride_h + row * p.lse_stride_l] = lse;
+  });
 }
 
 // One piece of a split row: O / l (fp32) and the natural-log LSE of every tile
@@ -360,24 +372,16 @@ __device__ __forceinline__ void write_output(const FwdParams& p, const float (&o
 // q_len included; the combine step ignores them).
 template <typename Tr>
 __device__ __forceinline__ void write_partial(const FwdParams& p, const float (&o)[Tr::kMAtoms][Tr::kDAtoms][4],
-                                              const float (&m)[Tr::kMAtoms][2], float (&l)[Tr::kMAtoms][2],
+                                              const float (&m)[Tr::kMAtoms][2], const float (&l)[Tr::kMAtoms][2],
                                               int64_t first, int warp, int lane) {
+  finish_rows<Tr>(m, l, [&](int a, int half, float inv, float lse) {
+    const int64_t row = first + warp * Tr::kWarpRows + a * 16 + (lane >> 2) + half * 8;
+    float* out = p.partial_o + row * Tr::kHeadDim + (lane & 3) * 2;
 #pragma unroll
-  for (int a = 0; a < Tr::kMAtoms; ++a) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      float sum = l[a][half];
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-      const int64_t row = first + warp * Tr::kWarpRows + a * 16 + (lane >> 2) + half * 8;
-      float* out = p.partial_o + row * Tr::kHeadDim + (lane & 3) * 2;
-#pragma unroll
-      for (int d = 0; d < Tr::kDAtoms; ++d)
-        *reinterpret_cast<float2*>(out + d * 8) = make_float2(o[a][d][2 * half] * inv, o[a][d][2 * half + 1] * inv);
-      if ((lane & 3) == 0) p.partial_lse[row] = sum > 0.0f ? (m[a][half] + __log2f(sum)) * kLn2 : kNegInf;
-    }
-  }
+    for (int d = 0; d < Tr::kDAtoms; ++d)
+      *reinterpret_cast<float2*>(out + d * 8) = make_float2(o[a][d][2 * half] * inv, o[a][d][2 * half + 1] * inv);
+    if ((lane & 3) == 0) p.partial_lse[row] = lse;
+  });
 }
 
 template <typename Tr>

@@ -69,6 +69,12 @@ class Pattern {
   // Lengths the pattern's tables were made for (0 = any): BigBird's key length,
   // custom masks' grid.
   void check_lengths(int64_t q_len, int64_t k_len) const;
+  // True when, for equal query and key lengths, the pattern on a sequence of
+  // length L is the top-left L x L corner of the pattern on any longer one:
+  // no term reads the lengths. BigBird (its block count decides the last
+  // global blocks and sizes the random table) and custom masks (tables for one
+  // block grid) are not. Variable-length batches need it (attention.hpp).
+  bool is_prefix_stable() const;
   bool allowed(int64_t h, int64_t num_heads, int64_t q_len, int64_t k_len, int64_t i, int64_t j) const;
   std::string describe() const;
 

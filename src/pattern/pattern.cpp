@@ -305,6 +305,13 @@ bool Pattern::head_dependent() const {
   return false;
 }
 
+bool Pattern::is_prefix_stable() const {
+  for (const PatternExpr& e : exprs_)
+    for (int32_t n = 0; n < e.num_terms; ++n)
+      if (e.terms[n].kind == TermKind::BigBird || e.terms[n].kind == TermKind::Custom) return false;
+  return true;
+}
+
 void Pattern::check_lengths(int64_t q_len, int64_t k_len) const {
   for (const PatternExpr& e : exprs_)
     for (int32_t n = 0; n < e.num_terms; ++n) {

@@ -62,9 +62,11 @@ fi
 
 if want sanitize; then
   for tool in memcheck racecheck; do
-    step "sanitizer $tool" "sanitizer_$tool.log" compute-sanitizer --tool "$tool" --error-exitcode 1 \
-      "$BUILD/tests/gpu_test_attention" --gtest_filter='GpuSanitizerSmall.*'
-    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$LOG/sanitizer_$tool.log" | tail -n 3
+    for suite in gpu_test_attention gpu_test_varlen; do
+      step "sanitizer $tool $suite" "sanitizer_${tool}_$suite.log" compute-sanitizer --tool "$tool" \
+        --error-exitcode 1 "$BUILD/tests/$suite" --gtest_filter='GpuSanitizerSmall.*'
+      grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$LOG/sanitizer_${tool}_$suite.log" | tail -n 3
+    done
   done
   step "sanitizer memcheck (graph)" sanitizer_graph.log compute-sanitizer --tool memcheck --error-exitcode 1 \
     "$BUILD/tests/gpu_test_cuda_api" --gtest_filter='CudaBackend.*'

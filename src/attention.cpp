@@ -75,14 +75,31 @@ Backend best_backend() {
   return Backend::Reference;
 }
 
+Backend resolve_backend(Backend requested, const void* q_data) {
+  Backend backend = requested == Backend::Auto ? best_backend() : requested;
+#if defined(SPATTN_WITH_CUDA)
+  // Auto keeps host tensors on the host.
+  if (requested == Backend::Auto && backend == Backend::Cuda && !cuda_is_device_pointer(q_data))
+    backend = backend_available(Backend::Cpu) ? Backend::Cpu : Backend::Reference;
+#else
+  (void)q_data;
+#endif
+  require(backend_available(backend), "backend '", backend_name(backend),
+          "' is not available in this build or on this machine");
+  return backend;
+}
+
 double resolve_scale(const AttentionOptions& options, int64_t head_dim) {
   if (!options.scale) return 1.0 / std::sqrt(static_cast<double>(head_dim));
   require(std::isfinite(*options.scale), "scale must be finite, got ", *options.scale);
   return *options.scale;
 }
 
-void validate_attention(const TensorView& q, const TensorView& k, const TensorView& v,
-                        const TensorView& out, const BlockMask& mask, const TensorView* lse) {
+namespace {
+
+// q, k, v, out and lse describe one problem (everything but the mask).
+void validate_tensors(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                      const TensorView* lse) {
   validate_tensor(q, "q");
   validate_tensor(k, "k");
   validate_tensor(v, "v");
@@ -114,10 +131,10 @@ void validate_attention(const TensorView& q, const TensorView& k, const TensorVi
             "lse shape must be (", q.batch(), ", ", q.heads(), ", ", q.seq_len(), "), got (",
             lse->shape[0], ", ", lse->shape[1], ", ", lse->shape[2], ") with last dim ", lse->shape[3]);
   }
-  require(mask.q_len() == q.seq_len(), "the mask was built for Lq=", mask.q_len(),
-          " but q has seq_len ", q.seq_len());
-  require(mask.k_len() == k.seq_len(), "the mask was built for Lk=", mask.k_len(),
-          " but k has seq_len ", k.seq_len());
+}
+
+// The mask's heads fit the query heads.
+void validate_mask_heads(const BlockMask& mask, const TensorView& q) {
   require(q.heads() % mask.num_heads() == 0, "the mask has ", mask.num_heads(),
           " heads, which must divide q heads (", q.heads(), ")");
   if (mask.pattern()) {
@@ -132,19 +149,53 @@ void validate_attention(const TensorView& q, const TensorView& k, const TensorVi
   }
 }
 
+}  // namespace
+
+void validate_attention(const TensorView& q, const TensorView& k, const TensorView& v,
+                        const TensorView& out, const BlockMask& mask, const TensorView* lse) {
+  validate_tensors(q, k, v, out, lse);
+  require(mask.q_len() == q.seq_len(), "the mask was built for Lq=", mask.q_len(),
+          " but q has seq_len ", q.seq_len());
+  require(mask.k_len() == k.seq_len(), "the mask was built for Lk=", mask.k_len(),
+          " but k has seq_len ", k.seq_len());
+  validate_mask_heads(mask, q);
+}
+
+void validate_attention_varlen(const TensorView& q, const TensorView& k, const TensorView& v,
+                               const TensorView& out, const VarlenBatch& batch, const BlockMask& mask,
+                               const TensorView* lse) {
+  validate_tensors(q, k, v, out, lse);
+  require(q.batch() == 1, "varlen: q must hold the packed sequences in batch 1, got batch ", q.batch());
+  require(batch.num_seqs > 0, "varlen: num_seqs must be > 0, got ", batch.num_seqs);
+  require(batch.num_seqs < std::numeric_limits<int32_t>::max(), "varlen: num_seqs must fit in int32, got ",
+          batch.num_seqs);
+  require(batch.cu_seqlens_q != nullptr, "varlen: cu_seqlens_q is a null pointer");
+  require(batch.cu_seqlens_k != nullptr, "varlen: cu_seqlens_k is a null pointer");
+  require(q.seq_len() <= std::numeric_limits<int32_t>::max(), "varlen: total_q (", q.seq_len(),
+          ") must fit the int32 cu_seqlens_q");
+  require(k.seq_len() <= std::numeric_limits<int32_t>::max(), "varlen: total_k (", k.seq_len(),
+          ") must fit the int32 cu_seqlens_k");
+  require(batch.max_seqlen_q >= 0, "varlen: max_seqlen_q must be >= 0, got ", batch.max_seqlen_q);
+  require(batch.max_seqlen_k >= 0, "varlen: max_seqlen_k must be >= 0, got ", batch.max_seqlen_k);
+  const Pattern* pattern = mask.pattern();
+  require(pattern != nullptr, "varlen: the mask must be built from a pattern (varlen_mask), got a mask "
+          "without one");
+  require(pattern->is_prefix_stable(), "varlen: the pattern ", pattern->describe(),
+          " depends on the sequence lengths (BigBird, custom masks), so one mask cannot serve every "
+          "sequence; run attention() per sequence instead");
+  require(mask.q_len() == mask.k_len(), "varlen: the mask must be square (varlen_mask), got Lq=",
+          mask.q_len(), " Lk=", mask.k_len());
+  require(batch.max_seqlen_q <= mask.q_len() && batch.max_seqlen_k <= mask.k_len(),
+          "varlen: the mask was built for sequences up to ", mask.q_len(), " but max_seqlen_q=",
+          batch.max_seqlen_q, " max_seqlen_k=", batch.max_seqlen_k);
+  validate_mask_heads(mask, q);
+}
+
 void attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                const BlockMask& mask, const AttentionOptions& options, const TensorView* lse) {
   validate_attention(q, k, v, out, mask, lse);
   const double scale = resolve_scale(options, q.head_dim());
-  Backend backend = options.backend == Backend::Auto ? best_backend() : options.backend;
-#if defined(SPATTN_WITH_CUDA)
-  // Auto keeps host tensors on the host.
-  if (options.backend == Backend::Auto && backend == Backend::Cuda && !cuda_is_device_pointer(q.data))
-    backend = backend_available(Backend::Cpu) ? Backend::Cpu : Backend::Reference;
-#endif
-  require(backend_available(backend), "backend '", backend_name(backend),
-          "' is not available in this build or on this machine");
-  switch (backend) {
+  switch (resolve_backend(options.backend, q.data)) {
     case Backend::Reference: reference_attention(q, k, v, out, mask, scale, lse); return;
     case Backend::Cpu: cpu_attention(q, k, v, out, mask, scale, lse); return;
     case Backend::Cuda:
@@ -154,7 +205,7 @@ void attention(const TensorView& q, const TensorView& k, const TensorView& v, co
 #endif
     case Backend::Auto: break;
   }
-  fail("backend '", backend_name(backend), "' has no implementation");
+  fail("backend '", backend_name(options.backend), "' has no implementation");
 }
 
 }  // namespace spattn

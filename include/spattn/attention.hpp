@@ -30,6 +30,9 @@ const char* backend_name(Backend b);
 bool backend_available(Backend b);
 // What Auto resolves to here.
 Backend best_backend();
+// The backend a call whose q data lies at `q_data` runs on: Auto keeps host
+// tensors on the host. Throws spattn::Error if it is not available.
+Backend resolve_backend(Backend requested, const void* q_data);
 
 struct AttentionOptions {
   std::optional<double> scale;  // default 1 / sqrt(D)
@@ -45,6 +48,50 @@ void attention(const TensorView& q, const TensorView& k, const TensorView& v, co
                const TensorView* lse = nullptr);
 
 double resolve_scale(const AttentionOptions& options, int64_t head_dim);
+
+// ---- variable-length batches (FlashAttention's varlen convention) ----
+//
+// num_seqs sequences packed along the rows of batch-1 tensors: sequence b owns
+// query rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of q, out and lse, and
+// key rows [cu_seqlens_k[b], cu_seqlens_k[b + 1]) of k and v. A (total, H, D)
+// buffer is make_blhd(data, dtype, 1, total, H, D); lse is (1, Hq, total_q)
+// (FlashAttention's (Hq, total_q)). Each sequence attends only to itself, with
+// the mask's pattern applied to its own lengths. Sequences may be empty.
+//
+// The mask is built once for the longest sequence (varlen_mask) and clipped
+// per sequence, which is exact because its pattern is prefix stable
+// (Pattern::is_prefix_stable) and every sequence has Lq(b) == Lk(b).
+// The host backends read cu_seqlens (host memory) and check them: they start
+// at 0, never decrease, end at the tensors' row counts, give lengths of at most
+// max_seqlen_q / max_seqlen_k, and Lq(b) == Lk(b). The CUDA backend reads them
+// on the device without a host synchronisation and checks only what the host
+// sees; that they satisfy the above is the caller's contract (as for
+// FlashAttention). Longformer global tokens must lie inside every non-empty
+// sequence (checked by the host backends).
+struct VarlenBatch {
+  const int32_t* cu_seqlens_q = nullptr;  // num_seqs + 1 prefix sums of the query lengths
+  const int32_t* cu_seqlens_k = nullptr;  // num_seqs + 1 prefix sums of the key lengths
+  int64_t num_seqs = 0;
+  int64_t max_seqlen_q = 0, max_seqlen_k = 0;  // bounds of the lengths; at most the mask's
+};
+
+// The mask of `pattern` for varlen batches of sequences up to max_seqlen long
+// (a max_seqlen x max_seqlen plan). Throws unless the pattern is prefix stable.
+BlockMask varlen_mask(const Pattern& pattern, int64_t max_seqlen, int64_t block_q = 128,
+                      int64_t block_k = 128, int64_t num_heads = 1);
+
+// Checks what can be checked without reading cu_seqlens: shapes, dtypes, the
+// mask (from a prefix-stable pattern, square, covering max_seqlen_q/k).
+void validate_attention_varlen(const TensorView& q, const TensorView& k, const TensorView& v,
+                               const TensorView& out, const VarlenBatch& batch, const BlockMask& mask,
+                               const TensorView* lse);
+
+// Reads host cu_seqlens and checks them against the row counts (see above).
+void check_cu_seqlens(const VarlenBatch& batch, int64_t total_q, int64_t total_k);
+
+void attention_varlen(const TensorView& q, const TensorView& k, const TensorView& v,
+                      const TensorView& out, const VarlenBatch& batch, const BlockMask& mask,
+                      const AttentionOptions& options = {}, const TensorView* lse = nullptr);
 
 // ---- backends (called by attention() after validation) ----
 

@@ -11,6 +11,7 @@
 
 #include <memory>
 
+#include "spattn/attention.hpp"
 #include "spattn/block_mask.hpp"
 #include "spattn/select.hpp"
 #include "spattn/tensor.hpp"
@@ -35,6 +36,14 @@ void cuda_prepare_mask(const BlockMask& mask);
 void cuda_attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                     const BlockMask& mask, double scale, const TensorView* lse = nullptr,
                     void* stream = nullptr);
+
+// The fused kernel over a packed batch of variable-length sequences
+// (attention_varlen in spattn/attention.hpp): cu_seqlens in device memory,
+// read by the kernel (no host synchronisation; their validity is the caller's
+// contract). Dilated patterns run without the token permutation here.
+void cuda_attention_varlen(const TensorView& q, const TensorView& k, const TensorView& v,
+                           const TensorView& out, const VarlenBatch& batch, const BlockMask& mask,
+                           double scale, const TensorView* lse = nullptr, void* stream = nullptr);
 
 // The naive baseline: one thread per query row, fp32 online softmax.
 void cuda_naive_attention(const TensorView& q, const TensorView& k, const TensorView& v,

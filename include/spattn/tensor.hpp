@@ -54,6 +54,14 @@ inline TensorView batch_slice(const TensorView& t, int64_t b) {
   return s;
 }
 
+// Rows [first, first + len) of t along the sequence axis, as a view (no copy).
+inline TensorView seq_slice(const TensorView& t, int64_t first, int64_t len) {
+  TensorView s = t;
+  s.data = static_cast<unsigned char*>(t.data) + first * t.stride[2] * dtype_size(t.dtype);
+  s.shape[2] = len;
+  return s;
+}
+
 // The log-sum-exp output: fp32 (B, H, Lq) viewed as a TensorView with D = 1.
 inline TensorView make_lse(float* data, int64_t B, int64_t H, int64_t L) {
   return TensorView{data, DType::F32, {B, H, L, 1}, {H * L, L, 1, 1}};

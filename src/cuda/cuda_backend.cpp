@@ -58,10 +58,9 @@ cuda_detail::TensorArg tensor_arg(const TensorView& t) {
   return cuda_detail::TensorArg{t.data, t.stride[0], t.stride[1], t.stride[2]};
 }
 
-cuda_detail::FwdParams make_params(const TensorView& q, const TensorView& k, const TensorView& v,
-                                   const TensorView& out, const BlockMask& mask, double scale,
-                                   const TensorView* lse) {
-  validate_attention(q, k, v, out, mask, lse);
+// The kernel arguments of tensors already validated against each other.
+cuda_detail::FwdParams kernel_params(const TensorView& q, const TensorView& k, const TensorView& v,
+                                     const TensorView& out, double scale, const TensorView* lse) {
   require(q.dtype == DType::F16 || q.dtype == DType::BF16, "CUDA backend: q dtype must be fp16 or bf16, got ",
           dtype_name(q.dtype));
   require(out.dtype == q.dtype || out.dtype == DType::F32, "CUDA backend: out dtype must be ",
@@ -94,6 +93,13 @@ cuda_detail::FwdParams make_params(const TensorView& q, const TensorView& k, con
   p.scale = static_cast<float>(scale);
   p.scale_log2 = static_cast<float>(scale * kLog2e);
   return p;
+}
+
+cuda_detail::FwdParams make_params(const TensorView& q, const TensorView& k, const TensorView& v,
+                                   const TensorView& out, const BlockMask& mask, double scale,
+                                   const TensorView* lse) {
+  validate_attention(q, k, v, out, mask, lse);
+  return kernel_params(q, k, v, out, scale, lse);
 }
 
 // The fused kernel with p.plan; split rows write partial results to
@@ -225,6 +231,27 @@ void cuda_attention(const TensorView& q, const TensorView& k, const TensorView& 
   const auto s = static_cast<cudaStream_t>(stream);
   const std::shared_ptr<const cuda_detail::DilatedSplit> split = cuda_detail::dilated_split(mask, cuda_detail::kSm80Tile);
   if (split && split->query_heads == p.q_heads) return run_dilated_split(*split, p, q.dtype, s);
+  p.mask = cuda_detail::device_mask(mask, s);
+  p.plan = cuda_detail::device_tile_plan(mask, cuda_detail::kSm80Tile, s);
+  run_fused(p, q.dtype, s);
+}
+
+void cuda_attention_varlen(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                           const VarlenBatch& batch, const BlockMask& mask, double scale, const TensorView* lse,
+                           void* stream) {
+  validate_attention_varlen(q, k, v, out, batch, mask, lse);
+  cuda_detail::FwdParams p = kernel_params(q, k, v, out, scale, lse);
+  require(cuda_is_device_pointer(batch.cu_seqlens_q), "CUDA backend: cu_seqlens_q must point to device memory");
+  require(cuda_is_device_pointer(batch.cu_seqlens_k), "CUDA backend: cu_seqlens_k must point to device memory");
+  cuda_detail::check_fwd_sm80_head_dim(p.head_dim);
+  cuda_detail::check_tile_fit(mask, cuda_detail::kSm80Tile);
+  // The grid's batch axis walks the sequences; lengths come from cu_seqlens on the device.
+  p.batch = batch.num_seqs;
+  p.q_len = mask.q_len();
+  p.k_len = mask.k_len();
+  p.varlen.cu_seqlens_q = batch.cu_seqlens_q;
+  p.varlen.cu_seqlens_k = batch.cu_seqlens_k;
+  const auto s = static_cast<cudaStream_t>(stream);
   p.mask = cuda_detail::device_mask(mask, s);
   p.plan = cuda_detail::device_tile_plan(mask, cuda_detail::kSm80Tile, s);
   run_fused(p, q.dtype, s);

@@ -41,6 +41,15 @@ struct DilatedExclusion {
   bool runs_per_head = false;
 };
 
+// A packed batch of variable-length sequences (attention_varlen): sequence b
+// owns rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of the batch-1 q and out
+// and [cu_seqlens_k[b], cu_seqlens_k[b + 1]) of k and v (device arrays of
+// batch + 1 entries); null for a regular batch. See sequence_span.hpp.
+struct VarlenArg {
+  const int32_t* cu_seqlens_q = nullptr;
+  const int32_t* cu_seqlens_k = nullptr;
+};
+
 struct FwdParams {
   TensorArg q, k, v, out;
   bool out_f32 = false;  // out holds fp32 instead of the input type
@@ -52,6 +61,7 @@ struct FwdParams {
   DeviceMaskView mask;
   DeviceTilePlanView plan;  // fused kernel only
   DilatedExclusion exclude;  // fused kernel only
+  VarlenArg varlen;          // fused kernel only; q_len, k_len are then the mask's
   // Partial results of split rows (fused kernel, plan.num_slots > 0): per
   // (slot, batch * heads of a mask head, tile row) the normalised O (head_dim
   // floats) and the natural-log LSE.

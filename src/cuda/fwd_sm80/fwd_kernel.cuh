@@ -21,6 +21,9 @@
 // then O / l and the LSE are written (a piece of a split row writes them in
 // fp32 to its partial-result slot instead; split_combine.cu merges). A row
 // with no allowed key keeps m = -inf and l = 0 and writes O = 0, LSE = -inf.
+// In a packed varlen batch the batch index is the sequence: its rows and
+// lengths come from cu_seqlens (sequence_span.hpp), tiles past its end are
+// skipped, and the mask (built for the longest sequence) is read as is.
 //
 // Per warp, S (32 x 64) and O (32 x D) live in registers in the mma C layout:
 // thread (g = lane / 4, t = lane % 4) holds rows g and g + 8 of each 16-row
@@ -34,6 +37,7 @@
 #include "cuda/common/fwd_params.hpp"
 #include "cuda/common/ptx_sm80.cuh"
 #include "cuda/common/row_key_bits.hpp"
+#include "cuda/common/sequence_span.hpp"
 #include "cuda/fwd_sm80/fwd_traits.cuh"
 #include "cuda/fwd_sm80/tile_walk.cuh"
 #include "spattn/pattern_terms.hpp"
@@ -180,14 +184,14 @@ __device__ __forceinline__ void mask_key_bounds(float (&s)[Tr::kMAtoms][Tr::kNAt
 // unrolled: the predicate is large and stays out of the full-tile path.
 template <typename Tr>
 __device__ __forceinline__ uint64_t partial_keep_bits(const FwdParams& p, const PatternExpr& expr,
-                                                      const TileWalk& walk, int64_t h, int64_t q0, int64_t k0,
-                                                      int warp, int lane) {
+                                                      const TileWalk& walk, const SequenceSpan& seq, int64_t h,
+                                                      int64_t q0, int64_t k0, int warp, int lane) {
   constexpr int kCols = 2 * Tr::kNAtoms;  // columns of this thread per row
   const DeviceTilePlanView& plan = p.plan;
   const bool has_sub = plan.sub_present != nullptr;
   const uint64_t present = has_sub ? plan.sub_present[walk.at] : ~uint64_t{0};
   const uint64_t full = has_sub ? plan.sub_full[walk.at] : 0;
-  const int64_t shift = p.k_len - p.q_len, keys_left = p.k_len - k0;
+  const int64_t shift = seq.k_len - seq.q_len, keys_left = seq.k_len - k0;
   const int first_col = (lane & 3) * 2;
   uint64_t keep = 0;
 #pragma unroll 1
@@ -195,7 +199,7 @@ __device__ __forceinline__ uint64_t partial_keep_bits(const FwdParams& p, const 
     const int a = rr >> 1, half = rr & 1;
     const int row = warp * Tr::kWarpRows + a * 16 + (lane >> 2) + half * 8;
     const int64_t i = q0 + row;
-    if (i >= p.q_len) continue;
+    if (i >= seq.q_len) continue;
     uint32_t allowed = 0;
     if (!expr_row_bits<Tr::kNAtoms>(expr, h, i + shift, k0, first_col, allowed)) {
 #pragma unroll 1
@@ -238,8 +242,8 @@ __device__ __forceinline__ uint64_t spread_row_bits(uint32_t bits, int a, int ha
 // The entries of the tile that p.exclude removes (same bit order as
 // partial_keep_bits; see DilatedExclusion).
 template <typename Tr>
-__device__ __forceinline__ uint64_t excluded_bits(const FwdParams& p, int64_t h, int64_t q0, int64_t k0, int warp,
-                                                  int lane) {
+__device__ __forceinline__ uint64_t excluded_bits(const FwdParams& p, const SequenceSpan& seq, int64_t h, int64_t q0,
+                                                  int64_t k0, int warp, int lane) {
   const DilatedExclusion& x = p.exclude;
   const int64_t residue = positive_mod(h, x.rate);
   const int first_col = (lane & 3) * 2;
@@ -248,10 +252,10 @@ __device__ __forceinline__ uint64_t excluded_bits(const FwdParams& p, int64_t h,
   for (int rr = 0; rr < 2 * Tr::kMAtoms; ++rr) {
     const int a = rr >> 1, half = rr & 1;
     const int64_t i = q0 + warp * Tr::kWarpRows + a * 16 + (lane >> 2) + half * 8;
-    if (i >= p.q_len) continue;
+    if (i >= seq.q_len) continue;
     int64_t lo = 0, hi = -1, stride = 1, key_residue = 0;
     if (x.kind == Exclusion::Rest) {
-      const int64_t pos = i + p.k_len - p.q_len;
+      const int64_t pos = i + seq.k_len - seq.q_len;
       if (pos < x.p_lo || pos >= x.p_hi || positive_mod(pos, x.rate) != residue) continue;
       lo = pos - positive_mod(pos, x.segment);
       hi = x.causal ? pos : lo + x.segment - 1;
@@ -344,16 +348,16 @@ __device__ __forceinline__ void finish_rows(const float (&m)[Tr::kMAtoms][2], co
   }
 }
 
-// O / l to `out` (input type or fp32) and the LSE, rows below q_len only.
+// O / l to `out` (input type or fp32) and the LSE, rows of the sequence only.
 template <typename Tr>
 __device__ __forceinline__ void write_output(const FwdParams& p, const float (&o)[Tr::kMAtoms][Tr::kDAtoms][4],
                                              const float (&m)[Tr::kMAtoms][2], const float (&l)[Tr::kMAtoms][2],
-                                             int64_t b, int64_t h, int64_t q0, int warp, int lane) {
+                                             const SequenceSpan& seq, int64_t h, int64_t q0, int warp, int lane) {
   using T = typename Tr::T;
   finish_rows<Tr>(m, l, [&](int a, int half, float inv, float lse) {
     const int64_t row = q0 + warp * Tr::kWarpRows + a * 16 + (lane >> 2) + half * 8;
-    if (row >= p.q_len) return;
-    const int64_t base = p.out.row_offset(b, h, row) + (lane & 3) * 2;
+    if (row >= seq.q_len) return;
+    const int64_t base = p.out.row_offset(seq.batch, h, seq.q_first + row) + (lane & 3) * 2;
 #pragma unroll
     for (int d = 0; d < Tr::kDAtoms; ++d) {
       const float x = o[a][d][2 * half] * inv, y = o[a][d][2 * half + 1] * inv;
@@ -363,7 +367,7 @@ __device__ __forceinline__ void write_output(const FwdParams& p, const float (&o
         *reinterpret_cast<uint32_t*>(static_cast<T*>(p.out.data) + base + d * 8) = pack2<T>(x, y);
     }
     if (p.lse != nullptr && (lane & 3) == 0)
-      p.lse[b * p.lse_stride_b + h * p.lse_stride_h + row * p.lse_stride_l] = lse;
+      p.lse[seq.batch * p.lse_stride_b + h * p.lse_stride_h + (seq.q_first + row) * p.lse_stride_l] = lse;
   });
 }
 
@@ -406,10 +410,16 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm) fwd_sm80_ke
   const int64_t kv_head = h / (p.q_heads / p.kv_heads);
   const int64_t q0 = q_tile * Tr::kBlockM;
   const int64_t tiles_per_block = plan.blocks.block_k / Tr::kBlockN;
+  // A varlen sequence shorter than the mask: its query tiles past the end do
+  // nothing (the combine step of a split row skips their rows too), and its
+  // walk stops at the first key tile past its keys (entries ascend). The span
+  // is read again for the output so that fewer registers stay live.
+  const SequenceSpan seq = sequence_span(p, b);
+  if (q0 >= seq.q_len) return;
 
-  const T* q = static_cast<const T*>(p.q.data) + p.q.row_offset(b, h, 0);
-  const T* k = static_cast<const T*>(p.k.data) + p.k.row_offset(b, kv_head, 0);
-  const T* v = static_cast<const T*>(p.v.data) + p.v.row_offset(b, kv_head, 0);
+  const T* q = static_cast<const T*>(p.q.data) + p.q.row_offset(seq.batch, h, seq.q_first);
+  const T* k = static_cast<const T*>(p.k.data) + p.k.row_offset(seq.batch, kv_head, seq.k_first);
+  const T* v = static_cast<const T*>(p.v.data) + p.v.row_offset(seq.batch, kv_head, seq.k_first);
 
   if (p.mask.exprs != nullptr) {
     const uint32_t* from = reinterpret_cast<const uint32_t*>(p.mask.expr_for_head(h, p.q_heads));
@@ -419,9 +429,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm) fwd_sm80_ke
   }
 
   TileWalk walk = TileWalk::entries(work.begin, work.end);
-  bool has_tile = walk.valid(plan, tiles_per_block);
-  load_tile<Tr, Tr::kBlockM>(sQ, q, p.q.stride_l, q0, p.q_len);
-  if (has_tile) load_tile<Tr, Tr::kBlockN>(sK, k, p.k.stride_l, walk.key_tile(plan, tiles_per_block) * Tr::kBlockN, p.k_len);
+  bool has_tile = walk.valid(plan, tiles_per_block, Tr::kBlockN, seq.k_len);
+  load_tile<Tr, Tr::kBlockM>(sQ, q, p.q.stride_l, q0, seq.q_len);
+  if (has_tile) load_tile<Tr, Tr::kBlockN>(sK, k, p.k.stride_l, walk.key_tile(plan, tiles_per_block) * Tr::kBlockN, seq.k_len);
   cp_async_commit();
 
   float o[Tr::kMAtoms][Tr::kDAtoms][4];
@@ -442,18 +452,18 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm) fwd_sm80_ke
     // The next tile's index is read now so that its load latency hides behind this tile's work.
     TileWalk next = walk;
     next.advance(tiles_per_block);
-    has_tile = next.valid(plan, tiles_per_block);
+    has_tile = next.valid(plan, tiles_per_block, Tr::kBlockN, seq.k_len);
     const int64_t next_k0 = has_tile ? next.key_tile(plan, tiles_per_block) * Tr::kBlockN : 0;
     cp_async_wait<0>();
     __syncthreads();  // K(n) (and Q, the expression) visible to all; V buffer free
-    load_tile<Tr, Tr::kBlockN>(sV, v, p.v.stride_l, k0, p.k_len);
+    load_tile<Tr, Tr::kBlockN>(sV, v, p.v.stride_l, k0, seq.k_len);
     cp_async_commit();
 
     // The predicate runs before S is live, so its registers do not compete with S.
     // Exclusions of a dilated split: the rest's on partial tiles, the permuted pass's everywhere.
     const bool excluding = p.exclude.kind == Exclusion::FullRuns || (p.exclude.kind == Exclusion::Rest && !full);
-    uint64_t keep = full ? ~uint64_t{0} : partial_keep_bits<Tr>(p, expr, walk, h, q0, k0, warp, lane);
-    if (excluding) keep &= ~excluded_bits<Tr>(p, h, q0, k0, warp, lane);
+    uint64_t keep = full ? ~uint64_t{0} : partial_keep_bits<Tr>(p, expr, walk, seq, h, q0, k0, warp, lane);
+    if (excluding) keep &= ~excluded_bits<Tr>(p, seq, h, q0, k0, warp, lane);
     float s[Tr::kMAtoms][Tr::kNAtoms][4];
 #pragma unroll
     for (int a = 0; a < Tr::kMAtoms; ++a)
@@ -463,11 +473,11 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm) fwd_sm80_ke
         for (int c = 0; c < 4; ++c) s[a][n][c] = 0.0f;
     multiply_qk<Tr>(s, sQ, sK, warp, lane);
     if (!full || excluding) apply_keep_bits<Tr>(s, keep);
-    if (full && k0 + Tr::kBlockN > p.k_len) mask_key_bounds<Tr>(s, p.k_len - k0, lane);
+    if (full && k0 + Tr::kBlockN > seq.k_len) mask_key_bounds<Tr>(s, seq.k_len - k0, lane);
 
     cp_async_wait<0>();
     __syncthreads();  // V(n) visible to all; every warp is done reading K(n)
-    if (has_tile) load_tile<Tr, Tr::kBlockN>(sK, k, p.k.stride_l, next_k0, p.k_len);
+    if (has_tile) load_tile<Tr, Tr::kBlockN>(sK, k, p.k.stride_l, next_k0, seq.k_len);
     cp_async_commit();
     softmax_update<Tr>(s, o, m, l, p.scale_log2);
     multiply_pv<Tr>(o, s, sV, lane);
@@ -475,7 +485,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm) fwd_sm80_ke
   }
   cp_async_wait<0>();  // a row without tiles still has its Q copy in flight
   if (work.slot < 0)
-    write_output<Tr>(p, o, m, l, b, h, q0, warp, lane);
+    write_output<Tr>(p, o, m, l, sequence_span(p, b), h, q0, warp, lane);
   else
     write_partial<Tr>(p, o, m, l, (work.slot * copies + copy) * Tr::kBlockM, warp, lane);
 }

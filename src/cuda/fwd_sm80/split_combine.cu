@@ -10,6 +10,7 @@
 #include <cuda_fp16.h>
 
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/sequence_span.hpp"
 #include "cuda/fwd_sm80/fwd_sm80.hpp"
 
 namespace spattn::cuda_detail {
@@ -33,7 +34,8 @@ __global__ void __launch_bounds__(kCombineThreads) split_combine_kernel(const Fw
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const float neg_inf = -__builtin_huge_valf();
 
-  for (int64_t r = warp; r < tile_rows && q0 + r < p.q_len; r += kCombineThreads / 32) {
+  const SequenceSpan seq = sequence_span(p, b);
+  for (int64_t r = warp; r < tile_rows && q0 + r < seq.q_len; r += kCombineThreads / 32) {
     auto slot_row = [&](int32_t n) { return ((split.first_slot + n) * copies + copy) * tile_rows + r; };
     float top = neg_inf;
     for (int32_t n = 0; n < split.pieces; ++n) top = fmaxf(top, p.partial_lse[slot_row(n)]);
@@ -41,7 +43,7 @@ __global__ void __launch_bounds__(kCombineThreads) split_combine_kernel(const Fw
     if (top != neg_inf)
       for (int32_t n = 0; n < split.pieces; ++n) total += __expf(p.partial_lse[slot_row(n)] - top);
     const float lse = top == neg_inf ? neg_inf : top + __logf(total);
-    const int64_t out_row = p.out.row_offset(b, h, q0 + r);
+    const int64_t out_row = p.out.row_offset(seq.batch, h, seq.q_first + q0 + r);
     for (int64_t d = lane; d < p.head_dim; d += 32) {
       float acc = 0.0f;
       if (lse != neg_inf)
@@ -55,7 +57,7 @@ __global__ void __launch_bounds__(kCombineThreads) split_combine_kernel(const Fw
         store_out(static_cast<T*>(p.out.data) + out_row + d, acc);
     }
     if (p.lse != nullptr && lane == 0)
-      p.lse[b * p.lse_stride_b + h * p.lse_stride_h + (q0 + r) * p.lse_stride_l] = lse;
+      p.lse[seq.batch * p.lse_stride_b + h * p.lse_stride_h + (seq.q_first + q0 + r) * p.lse_stride_l] = lse;
   }
 }
 

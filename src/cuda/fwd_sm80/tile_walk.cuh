@@ -5,7 +5,8 @@
 // piece of one. It walks those kept blocks of the row (entries of the
 // BlockMaskView arrays) in ascending key order; each block
 // covers block_k / tile_cols consecutive key tiles (one for derived plans), the
-// last of which may lie past the end of the keys and is then skipped.
+// last of which may lie past the end of the keys (of the mask, or of a shorter
+// varlen sequence) and ends the walk.
 #pragma once
 
 #include <cstdint>
@@ -31,8 +32,13 @@ struct TileWalk {
     return static_cast<int64_t>(plan.blocks.kv_indices[at]) * tiles_per_block + sub;
   }
 
-  __device__ __forceinline__ bool valid(const DeviceTilePlanView& plan, int64_t tiles_per_block) const {
-    return at < end && key_tile(plan, tiles_per_block) < plan.num_k_tiles;
+  // Is there a tile left inside the mask's keys and starting below `key_end`
+  // (the keys of the sequence; tiles of `tile_cols` keys)?
+  __device__ __forceinline__ bool valid(const DeviceTilePlanView& plan, int64_t tiles_per_block, int64_t tile_cols,
+                                        int64_t key_end) const {
+    if (at >= end) return false;
+    const int64_t tile = key_tile(plan, tiles_per_block);
+    return tile < plan.num_k_tiles && tile * tile_cols < key_end;
   }
 
   __device__ __forceinline__ void advance(int64_t tiles_per_block) {

@@ -1,0 +1,198 @@
+// tests/cpp/gpu_test_varlen.cpp - the CUDA kernel on packed batches of
+// variable-length sequences against the fp64 reference run one sequence at a
+// time (attention_varlen on the host, itself checked against the dense oracle
+// in test_varlen.cpp): both dtypes, head dims 64 and 128, GQA, empty,
+// one-token and ragged sequences, mask blocks other than the kernel tile,
+// split rows, a head-dependent dilated pattern (run without the permutation),
+// outputs poisoned with NaN before every run. Skips without a device.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "cuda/fwd_sm80/fwd_sm80.hpp"
+#include "cuda/plan/tile_plan.hpp"
+#include "gpu_test_support.hpp"
+#include "varlen_support.hpp"
+
+namespace spattn::testing {
+namespace {
+
+struct VarlenCase {
+  Pattern pattern = Pattern::causal();
+  DType dtype = DType::BF16;
+  DType out_dtype = DType::BF16;
+  int64_t head_dim = 64, q_heads = 4, kv_heads = 2, block_q = 128, block_k = 128;
+  std::vector<int64_t> lengths = {300, 1, 17, 0, 1000, 128, 0, 513, 64};
+
+  std::string describe() const {
+    std::string lens;
+    for (int64_t len : lengths) lens += std::to_string(len) + " ";
+    return std::string(dtype_name(dtype)) + " D" + std::to_string(head_dim) + " Hq" + std::to_string(q_heads) +
+           " Hkv" + std::to_string(kv_heads) + " blocks " + std::to_string(block_q) + "x" + std::to_string(block_k) +
+           (out_dtype == DType::F32 ? " out fp32" : "") + " lengths " + lens + pattern.describe();
+  }
+};
+
+// cu_seqlens in device memory.
+class DeviceOffsets {
+ public:
+  explicit DeviceOffsets(const std::vector<int32_t>& host) {
+    cuda_ok(cudaMalloc(&ptr_, host.size() * sizeof(int32_t)), "cudaMalloc");
+    cuda_ok(cudaMemcpy(ptr_, host.data(), host.size() * sizeof(int32_t), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+  }
+  ~DeviceOffsets() { cudaFree(ptr_); }
+  DeviceOffsets(const DeviceOffsets&) = delete;
+  DeviceOffsets& operator=(const DeviceOffsets&) = delete;
+  const int32_t* get() const { return static_cast<const int32_t*>(ptr_); }
+
+ private:
+  void* ptr_ = nullptr;
+};
+
+void expect_varlen_matches_reference(const VarlenCase& c, uint64_t seed) {
+  SCOPED_TRACE(c.describe());
+  std::mt19937_64 rng(seed);
+  const PackedProblem pp(c.dtype, c.lengths, c.q_heads, c.kv_heads, c.head_dim, rng);
+  const BlockMask mask = varlen_mask(c.pattern, pp.max_len, c.block_q, c.block_k, c.q_heads);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+
+  HostTensor out(c.out_dtype, 1, c.q_heads, pp.total, c.head_dim, Layout::BLHD);
+  HostTensor lse(DType::F32, 1, c.q_heads, pp.total, 1);
+  DeviceTensor dq(pp.q), dk(pp.k), dv(pp.v), dout(out), dlse(lse);
+  DeviceOffsets cu_q(pp.cu_seqlens), cu_k(pp.cu_seqlens);
+  dout.poison();
+  dlse.poison();
+  cuda_attention_varlen(dq.view(), dk.view(), dv.view(), dout.view(), pp.batch(cu_q.get(), cu_k.get()), mask, scale,
+                        &dlse.view());
+  cuda_ok(cudaDeviceSynchronize(), "varlen attention kernel");
+  dout.copy_to(out);
+  dlse.copy_to(lse);
+
+  HostTensor ref(DType::F64, 1, c.q_heads, pp.total, c.head_dim, Layout::BLHD);
+  HostTensor ref_lse(DType::F64, 1, c.q_heads, pp.total, 1);
+  AttentionOptions options;
+  options.backend = Backend::Reference;
+  attention_varlen(pp.q.view, pp.k.view, pp.v.view, ref.view, pp.batch(pp.cu_seqlens.data(), pp.cu_seqlens.data()),
+                   mask, options, &ref_lse.view);
+  EXPECT_LT(relative_error(out.to_double(), ref.to_double()), out_tolerance(c.dtype));
+  EXPECT_LT(max_lse_error(lse.to_double(), ref_lse.to_double()), kLseTolerance);
+}
+
+std::vector<Pattern> varlen_patterns() {
+  return {Pattern::causal(),
+          Pattern::dense(),
+          Pattern::sliding_window(100, 0),
+          Pattern::sliding_window(40, 40),
+          Pattern::streaming(16, 128),
+          Pattern::block_diagonal(96, true),
+          Pattern::longformer(64, {0}),
+          Pattern::dilated({128, 256}, {1, 2}, true),
+          Pattern::unite(Pattern::sliding_window(33), Pattern::strided(50))};
+}
+
+TEST(GpuVarlen, MatchesEachSequenceAlone) {
+  SPATTN_REQUIRE_GPU();
+  uint64_t seed = 100;
+  for (DType dtype : {DType::BF16, DType::F16})
+    for (int64_t head_dim : {64, 128})
+      for (const Pattern& pattern : varlen_patterns()) {
+        VarlenCase c;
+        c.pattern = pattern;
+        c.dtype = c.out_dtype = dtype;
+        c.head_dim = head_dim;
+        expect_varlen_matches_reference(c, seed++);
+      }
+}
+
+TEST(GpuVarlen, MaskBlocksOtherThanTheTile) {
+  SPATTN_REQUIRE_GPU();
+  uint64_t seed = 200;
+  const std::vector<std::pair<int64_t, int64_t>> blocks = {{64, 32}, {16, 128}, {256, 256}, {32, 16}};
+  for (const auto& [block_q, block_k] : blocks)
+    for (const Pattern& pattern : {Pattern::causal(), Pattern::sliding_window(70, 10)}) {
+      VarlenCase c;
+      c.pattern = pattern;
+      c.block_q = block_q;
+      c.block_k = block_k;
+      c.dtype = c.out_dtype = seed % 2 ? DType::F16 : DType::BF16;
+      expect_varlen_matches_reference(c, seed++);
+    }
+}
+
+TEST(GpuVarlen, OutputInFp32AndMultiQueryHeads) {
+  SPATTN_REQUIRE_GPU();
+  VarlenCase c;
+  c.out_dtype = DType::F32;
+  c.q_heads = 8;
+  c.kv_heads = 1;
+  c.head_dim = 128;
+  c.pattern = Pattern::streaming(4, 200);
+  expect_varlen_matches_reference(c, 300);
+}
+
+TEST(GpuVarlen, SplitLongRows) {
+  SPATTN_REQUIRE_GPU();
+  // Token 0 of the longest sequences sees every key: its query tile's row is
+  // split into pieces, merged per sequence; shorter sequences stop early.
+  VarlenCase c;
+  c.pattern = Pattern::longformer(128, {0});
+  c.lengths = {4500, 300, 0, 4100, 17, 2000};
+  c.block_q = c.block_k = 64;
+  const BlockMask mask = varlen_mask(c.pattern, 4500, c.block_q, c.block_k, c.q_heads);
+  ASSERT_FALSE(cuda_detail::make_tile_plan(mask, cuda_detail::kSm80Tile).split_rows.empty());
+  uint64_t seed = 400;
+  for (DType dtype : {DType::BF16, DType::F16}) {
+    c.dtype = c.out_dtype = dtype;
+    expect_varlen_matches_reference(c, seed++);
+    c.out_dtype = DType::F32;
+    expect_varlen_matches_reference(c, seed++);
+  }
+}
+
+TEST(GpuVarlen, DilatedWithoutThePermutation) {
+  SPATTN_REQUIRE_GPU();
+  // attention() runs this pattern through the token permutation; varlen runs
+  // it on the plain kernel.
+  VarlenCase c;
+  c.pattern = Pattern::unite(Pattern::dilated({256}, {4}, true), Pattern::sliding_window(64));
+  c.q_heads = c.kv_heads = 4;
+  c.lengths = {600, 0, 257, 1, 999};
+  expect_varlen_matches_reference(c, 500);
+}
+
+TEST(GpuVarlen, RejectsHostCuSeqlens) {
+  SPATTN_REQUIRE_GPU();
+  std::mt19937_64 rng(1);
+  const PackedProblem pp(DType::BF16, {10, 20}, 2, 2, 64, rng);
+  HostTensor out(DType::BF16, 1, 2, 30, 64, Layout::BLHD);
+  DeviceTensor dq(pp.q), dk(pp.k), dv(pp.v), dout(out);
+  const BlockMask mask = varlen_mask(Pattern::causal(), 20);
+  try {
+    cuda_attention_varlen(dq.view(), dk.view(), dv.view(), dout.view(),
+                          pp.batch(pp.cu_seqlens.data(), pp.cu_seqlens.data()), mask, 0.125);
+    ADD_FAILURE() << "host cu_seqlens were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cu_seqlens_q must point to device memory"), std::string::npos) << e.what();
+  }
+}
+
+// Small enough for compute-sanitizer (scripts/gpu_check.sh, sanitize stage):
+// empty and one-token sequences, a ragged tile, partial tiles, a split row.
+TEST(GpuSanitizerSmall, Varlen) {
+  SPATTN_REQUIRE_GPU();
+  VarlenCase c;
+  c.lengths = {0, 1, 150, 0, 70};
+  c.q_heads = c.kv_heads = 2;
+  expect_varlen_matches_reference(c, 600);
+  c.pattern = Pattern::longformer(64, {0});
+  c.lengths = {2200, 5};
+  c.q_heads = c.kv_heads = 1;
+  c.block_q = c.block_k = 64;
+  expect_varlen_matches_reference(c, 601);
+}
+
+}  // namespace
+}  // namespace spattn::testing

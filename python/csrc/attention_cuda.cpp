@@ -1,5 +1,6 @@
-// python/csrc/attention_cuda.cpp - the CUDA kernel of the spattn::attention
-// operator (compiled when the library is built with CUDA, SPATTN_WITH_CUDA).
+// python/csrc/attention_cuda.cpp - the CUDA kernels of the spattn::attention
+// and spattn::attention_varlen operators (compiled when the library is built
+// with CUDA, SPATTN_WITH_CUDA).
 //
 // The CUDA backend (spattn/cuda.hpp) reads a host BlockMask whose device copy
 // it caches inside the mask, so the operator keeps one host BlockMask per
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "attention_op.hpp"
+#include "attention_varlen_op.hpp"
 #include "spattn/cuda.hpp"
 #include "spattn/error.hpp"
 #include "tensor_bridge.hpp"
@@ -128,9 +130,36 @@ std::tuple<at::Tensor, at::Tensor> attention_cuda(
   });
 }
 
+std::tuple<at::Tensor, at::Tensor> attention_varlen_cuda(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cu_seqlens_q,
+    const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k, int64_t mask_q_len,
+    int64_t mask_k_len, int64_t block_q, int64_t block_k, const at::Tensor& row_offsets,
+    const at::Tensor& kv_indices, const at::Tensor& kv_full, at::IntArrayRef code, const at::Tensor& table_i32,
+    const at::Tensor& table_i64, std::optional<double> scale, c10::string_view backend) {
+  return run_with_value_errors([&] {
+    const Backend requested = parse_backend(std::string(backend));
+    require(requested == Backend::Auto || requested == Backend::Cuda, "backend '", backend_name(requested),
+            "' needs CPU tensors, got CUDA tensors");
+    const c10::cuda::CUDAGuard guard(q.device());
+    VarlenCall call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale);
+    if (call.empty()) return call.result();
+    for (const at::Tensor* t : {&row_offsets, &kv_indices, &kv_full, &table_i32, &table_i64})
+      TORCH_CHECK_VALUE(t->device() == q.device(), "the mask's arrays must be on ", q.device(),
+                        " like q, got ", t->device());
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.device().index()).stream();
+    const MaskTensors mask_tensors{mask_q_len, mask_k_len, block_q, block_k,   row_offsets,
+                                   kv_indices, kv_full,    code,    table_i32, table_i64};
+    const std::shared_ptr<const BlockMask> mask = mask_cache().find_or_make(mask_tensors, q.device(), stream);
+    cuda_attention_varlen(call.q, call.k, call.v, call.out, call.batch, *mask,
+                          resolve_scale(call.options, q.size(2)), &call.lse, stream);
+    return call.result();
+  });
+}
+
 }  // namespace
 }  // namespace spattn::torch_bridge
 
 TORCH_LIBRARY_IMPL(spattn, CUDA, m) {
   m.impl("attention", &spattn::torch_bridge::attention_cuda);
+  m.impl("attention_varlen", &spattn::torch_bridge::attention_varlen_cuda);
 }

@@ -3,10 +3,19 @@
 #include "attention_op.hpp"
 
 #include <limits>
+#include <string>
 
+#include "spattn/error.hpp"
 #include "tensor_bridge.hpp"
 
 namespace spattn::torch_bridge {
+
+Backend host_backend(c10::string_view name, DType dtype) {
+  const Backend requested = parse_backend(std::string(name));
+  if (requested == Backend::Auto) return dtype == DType::F64 ? Backend::Reference : Backend::Cpu;
+  require(requested != Backend::Cuda, "backend 'cuda' needs CUDA tensors, got CPU tensors");
+  return requested;
+}
 
 AttentionCall::AttentionCall(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
                              std::optional<double> scale_in)

@@ -1,5 +1,6 @@
 // python/csrc/attention_op.hpp - one call of the spattn::attention operator,
-// shared by its CPU and CUDA kernels.
+// shared by its CPU and CUDA kernels, and the backend choice of the CPU
+// kernels of both attention operators.
 //
 // AttentionCall views q, k and v, allocates the outputs (out with the strides
 // of q, so a (B, L, H, D) layout stays one; lse (B, Hq, Lq) fp32), handles the
@@ -14,6 +15,10 @@
 #include "spattn/attention.hpp"
 
 namespace spattn::torch_bridge {
+
+// The backend of a CPU kernel: "auto" is the fast CPU backend, or the exact
+// fp64 reference for float64 inputs; "cuda" is an error.
+Backend host_backend(c10::string_view name, DType dtype);
 
 class AttentionCall {
  public:

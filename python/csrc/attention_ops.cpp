@@ -25,13 +25,6 @@
 namespace spattn::torch_bridge {
 namespace {
 
-Backend host_backend(c10::string_view name, DType dtype) {
-  const Backend requested = parse_backend(std::string(name));
-  if (requested == Backend::Auto) return dtype == DType::F64 ? Backend::Reference : Backend::Cpu;
-  require(requested != Backend::Cuda, "backend 'cuda' needs CUDA tensors, got CPU tensors");
-  return requested;
-}
-
 std::tuple<at::Tensor, at::Tensor> attention_cpu(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t mask_q_len,
     int64_t mask_k_len, int64_t block_q, int64_t block_k, const at::Tensor& row_offsets,

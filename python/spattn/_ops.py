@@ -1,11 +1,12 @@
 """Loads the compiled spattn operators and registers their fake kernels.
 
 The shared library next to this file (built from python/csrc) registers the
-``torch.ops.spattn.*`` operators through ``TORCH_LIBRARY``. ``attention`` is
-the only operator meant for traced code: its fake kernel below gives
-torch.compile the output metadata (out with the strides of q, lse fp32
-(B, Hq, Lq)) without running anything. The other operators build patterns and
-masks on the host and run eagerly.
+``torch.ops.spattn.*`` operators through ``TORCH_LIBRARY``. ``attention`` and
+``attention_varlen`` are the operators meant for traced code: their fake
+kernels below give torch.compile the output metadata (out with the strides of
+q; lse fp32 (B, Hq, Lq), or (Hq, total_q) for varlen) without running
+anything. The other operators build patterns and masks on the host and run
+eagerly.
 """
 from pathlib import Path
 
@@ -27,6 +28,15 @@ def _attention_fake(q, k, v, mask_q_len, mask_k_len, block_q, block_k, row_offse
                     kv_full, code, table_i32, table_i64, scale, backend):
     out = torch.empty_like(q)
     lse = q.new_empty((q.shape[0], q.shape[1], q.shape[2]), dtype=torch.float32)
+    return out, lse
+
+
+@torch.library.register_fake("spattn::attention_varlen")
+def _attention_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mask_q_len,
+                           mask_k_len, block_q, block_k, row_offsets, kv_indices, kv_full, code, table_i32,
+                           table_i64, scale, backend):
+    out = torch.empty_like(q)
+    lse = q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
     return out, lse
 
 

@@ -114,3 +114,85 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[
                                  mask.table_i32, mask.table_i64,
                                  None if scale is None else float(scale), backend)
     return (out, lse) if return_lse else out
+
+
+def _check_offsets(cu, name: str, device) -> None:
+    if not isinstance(cu, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(cu).__name__}")
+    if cu.dtype != torch.int32:
+        raise TypeError(f"{name} dtype must be torch.int32, got {cu.dtype}")
+    if cu.dim() != 1 or cu.numel() < 2:
+        raise ValueError(f"{name} must be 1-D with batch + 1 >= 2 entries, got shape {tuple(cu.shape)}")
+    if cu.device != device:
+        raise ValueError(f"{name} is on {cu.device} but q is on {device}")
+
+
+def _check_max_seqlen(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+    return int(value)
+
+
+def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                     cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
+                     mask: Optional[BlockMask] = None, *, scale: Optional[float] = None,
+                     return_lse: bool = False, backend: str = "auto"):
+    """Attention over a packed batch of variable-length sequences (FlashAttention's varlen API).
+
+    q (total_q, Hq, D), k and v (total_k, Hkv, D): sequence b owns rows
+    ``cu_seqlens_q[b]:cu_seqlens_q[b+1]`` of q and ``cu_seqlens_k[b]:cu_seqlens_k[b+1]``
+    of k and v, and attends only to itself; ``cu_seqlens_*`` are int32
+    (batch + 1) prefix sums on the device of q, every sequence has as many
+    queries as keys, and ``max_seqlen_*`` bound the lengths. ``mask`` is built
+    once for the longest sequence, e.g. ``spattn.patterns.causal(max_seqlen)``,
+    from a pattern whose mask for a shorter sequence is the corner of the long
+    one (every pattern except bigbird and custom); each sequence gets the
+    pattern at its own length. None means dense. Returns ``out`` (total_q,
+    Hq, D), or ``(out, lse)`` with lse (Hq, total_q) float32.
+
+    CPU tensors: cu_seqlens are checked (start at 0, never decrease, end at
+    total, lengths <= max_seqlen, Lq == Lk per sequence). CUDA tensors: the
+    kernel reads them on the device without a synchronisation, so their
+    validity is the caller's contract, as in FlashAttention.
+    """
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if isinstance(t, torch.Tensor) and t.dim() != 3:
+            raise ValueError(f"{name} must be 3-D (total, heads, head_dim), got shape {tuple(t.shape)}")
+    _check_tensors(*(t.unsqueeze(0).transpose(1, 2) if isinstance(t, torch.Tensor) else t for t in (q, k, v)))
+    _check_options(scale, backend, return_lse)
+    _check_offsets(cu_seqlens_q, "cu_seqlens_q", q.device)
+    _check_offsets(cu_seqlens_k, "cu_seqlens_k", q.device)
+    if cu_seqlens_q.numel() != cu_seqlens_k.numel():
+        raise ValueError(f"cu_seqlens_q has {cu_seqlens_q.numel()} entries but cu_seqlens_k has "
+                         f"{cu_seqlens_k.numel()}")
+    max_q = _check_max_seqlen(max_seqlen_q, "max_seqlen_q")
+    max_k = _check_max_seqlen(max_seqlen_k, "max_seqlen_k")
+    max_len = max(max_q, max_k, 1)
+    scale_arg = None if scale is None else float(scale)
+    if mask is None:
+        empty_i64 = torch.empty(0, dtype=torch.int64, device=q.device)
+        empty_i32 = torch.empty(0, dtype=torch.int32, device=q.device)
+        empty_u8 = torch.empty(0, dtype=torch.uint8, device=q.device)
+        out, lse = ops.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, max_len, max_len,
+                                        _DENSE_BLOCK, _DENSE_BLOCK, empty_i64, empty_i32, empty_u8, [],
+                                        empty_i32, empty_i64, scale_arg, backend)
+    else:
+        if not isinstance(mask, BlockMask):
+            raise TypeError(f"mask must be a spattn.BlockMask or None, got {type(mask).__name__}")
+        if mask.device != q.device:
+            raise ValueError(f"mask is on {mask.device} but q is on {q.device}; use mask.to(q.device)")
+        if mask.q_len != mask.k_len or mask.q_len < max(max_q, max_k):
+            raise ValueError(f"mask must be built for one length >= max_seqlen_q and max_seqlen_k "
+                             f"({max_q}, {max_k}), got Lq={mask.q_len}, Lk={mask.k_len}")
+        Hq = q.shape[1]
+        if mask.head_dependent and mask.num_heads != Hq:
+            raise ValueError(f"mask was built for {mask.num_heads} query heads (its pattern depends on the "
+                             f"head) but q has {Hq}; build it with num_heads={Hq}")
+        block_q, block_k = mask.block_size
+        out, lse = ops.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, mask.q_len,
+                                        mask.k_len, block_q, block_k, mask.row_offsets, mask.kv_indices,
+                                        mask.kv_full, list(mask.pattern.code), mask.table_i32,
+                                        mask.table_i64, scale_arg, backend)
+    return (out, lse) if return_lse else out

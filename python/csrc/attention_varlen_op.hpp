@@ -1,0 +1,39 @@
+// python/csrc/attention_varlen_op.hpp - one call of the spattn::attention_varlen
+// operator, shared by its CPU and CUDA kernels.
+//
+// VarlenCall views packed q (total_q, Hq, D), k and v (total_k, Hkv, D) as
+// batch-1 tensors, allocates out (strides of q) and lse (Hq, total_q) fp32,
+// and describes the batch from the int32 cu_seqlens tensors (on the device of
+// q; read there by the CUDA kernel, on the host by the CPU kernel).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <optional>
+#include <tuple>
+
+#include "spattn/attention.hpp"
+
+namespace spattn::torch_bridge {
+
+class VarlenCall {
+ public:
+  VarlenCall(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cu_seqlens_q,
+             const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
+             std::optional<double> scale);
+
+  // True when there are no query rows; the outputs are then final (empty).
+  bool empty() const { return empty_; }
+  std::tuple<at::Tensor, at::Tensor> result() const { return {out_tensor, lse_tensor}; }
+
+  TensorView q, k, v, out, lse;
+  VarlenBatch batch;
+  at::Tensor out_tensor, lse_tensor;
+  AttentionOptions options;
+
+ private:
+  at::Tensor cu_q_, cu_k_;  // contiguous int32, kept alive for the call
+  bool empty_ = false;
+};
+
+}  // namespace spattn::torch_bridge

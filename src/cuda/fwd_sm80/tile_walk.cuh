@@ -32,13 +32,15 @@ struct TileWalk {
     return static_cast<int64_t>(plan.blocks.kv_indices[at]) * tiles_per_block + sub;
   }
 
-  // Is there a tile left inside the mask's keys and starting below `key_end`
-  // (the keys of the sequence; tiles of `tile_cols` keys)?
+  __device__ __forceinline__ bool valid(const DeviceTilePlanView& plan, int64_t tiles_per_block) const {
+    return at < end && key_tile(plan, tiles_per_block) < plan.num_k_tiles;
+  }
+
+  // valid(), and the tile (of `tile_cols` keys) starts below key `key_end`:
+  // the end of a varlen sequence shorter than the mask.
   __device__ __forceinline__ bool valid(const DeviceTilePlanView& plan, int64_t tiles_per_block, int64_t tile_cols,
                                         int64_t key_end) const {
-    if (at >= end) return false;
-    const int64_t tile = key_tile(plan, tiles_per_block);
-    return tile < plan.num_k_tiles && tile * tile_cols < key_end;
+    return valid(plan, tiles_per_block) && key_tile(plan, tiles_per_block) * tile_cols < key_end;
   }
 
   __device__ __forceinline__ void advance(int64_t tiles_per_block) {

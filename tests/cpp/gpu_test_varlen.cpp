@@ -72,7 +72,7 @@ void expect_varlen_matches_reference(const VarlenCase& c, uint64_t seed) {
   dlse.copy_to(lse);
 
   HostTensor ref(DType::F64, 1, c.q_heads, pp.total, c.head_dim, Layout::BLHD);
-  HostTensor ref_lse(DType::F64, 1, c.q_heads, pp.total, 1);
+  HostTensor ref_lse(DType::F32, 1, c.q_heads, pp.total, 1);  // attention_varlen writes fp32 LSEs
   AttentionOptions options;
   options.backend = Backend::Reference;
   attention_varlen(pp.q.view, pp.k.view, pp.v.view, ref.view, pp.batch(pp.cu_seqlens.data(), pp.cu_seqlens.data()),

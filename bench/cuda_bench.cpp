@@ -4,6 +4,7 @@
 //   spattn_cuda_bench --cases dense,causal,window,streaming,random,bigbird,dilated
 //                     --seq 32768 --heads 16 --head-dim 128 [--batch 1] [--dtype bf16]
 //                     [--block 128] [--kernel fused|naive] [--repeats 20] [--dump-dir DIR]
+//                     [--varlen N]
 //
 // Cases (bottom-right aligned, Lq = Lk = seq): dense; causal; window = causal
 // sliding window of 4096 keys; streaming = 128 sinks + 4096 window; random =
@@ -14,6 +15,11 @@
 // block-diagonal 16. --dump-dir writes each block-level mask as
 // <case>_blocks.u8 (rows x cols bytes, 1 = kept) so the peer script can give
 // FlexAttention exactly the same blocks.
+//
+// --varlen N packs N sequences of seeded random lengths in [1, seq] (sequence
+// 0 has length seq) into batch-1 tensors and times cuda_attention_varlen with
+// one mask for length seq; kept pairs are summed over the sequences, each at
+// its own length (--batch is ignored; bigbird and random are rejected).
 //
 // Timing: CUDA events around each call after warm-up; the median is reported.
 // Effective TFLOP/s = 4 * kept_pairs * head_dim / time.
@@ -43,7 +49,7 @@ void check(cudaError_t status, const char* what) {
 
 struct Options {
   std::vector<std::string> cases;
-  int64_t seq = 32768, heads = 16, head_dim = 128, batch = 1, block = 128, repeats = 20;
+  int64_t seq = 32768, heads = 16, head_dim = 128, batch = 1, block = 128, repeats = 20, varlen = 0;
   DType dtype = DType::BF16;
   bool naive = false;
   std::string dump_dir;
@@ -72,6 +78,7 @@ Options parse(int argc, char** argv) {
     else if (flag == "--dtype") o.dtype = parse_dtype(value, "--dtype");
     else if (flag == "--kernel") o.naive = value == "naive";
     else if (flag == "--dump-dir") o.dump_dir = value;
+    else if (flag == "--varlen") o.varlen = std::stoll(value);
     else fail("unknown flag ", flag);
   }
   require(!o.cases.empty(), "--cases is required");
@@ -129,8 +136,22 @@ class DeviceBuffer {
   void* ptr_ = nullptr;
 };
 
+// Lengths of the --varlen batch: the first is seq, the others uniform in [1, seq].
+std::vector<int64_t> varlen_lengths(const Options& o) {
+  std::mt19937_64 rng(0);
+  std::uniform_int_distribution<int64_t> length(1, o.seq);
+  std::vector<int64_t> lengths = {o.seq};
+  while (static_cast<int64_t>(lengths.size()) < o.varlen) lengths.push_back(length(rng));
+  return lengths;
+}
+
 void run(const Options& o) {
-  const int64_t B = o.batch, H = o.heads, L = o.seq, D = o.head_dim;
+  const std::vector<int64_t> lengths = o.varlen > 0 ? varlen_lengths(o) : std::vector<int64_t>{};
+  std::vector<int32_t> cu_host = {0};
+  for (int64_t len : lengths) cu_host.push_back(static_cast<int32_t>(cu_host.back() + len));
+  // A varlen batch is one batch element of all the sequences' rows.
+  const int64_t B = o.varlen > 0 ? 1 : o.batch, H = o.heads, L = o.varlen > 0 ? cu_host.back() : o.seq;
+  const int64_t D = o.head_dim;
   const int64_t n = B * H * L * D;
   const bool bf16 = o.dtype == DType::BF16;
   DeviceBuffer q(n * 2), k(n * 2), v(n * 2), out(n * 2);
@@ -138,8 +159,17 @@ void run(const Options& o) {
   fill_random(q.get(), n, bf16, 1);
   fill_random(k.get(), n, bf16, 2);
   fill_random(v.get(), n, bf16, 3);
-  const TensorView tq = make_bhld(q.get(), o.dtype, B, H, L, D), tk = make_bhld(k.get(), o.dtype, B, H, L, D);
-  const TensorView tv = make_bhld(v.get(), o.dtype, B, H, L, D), to = make_bhld(out.get(), o.dtype, B, H, L, D);
+  const auto view = [&](const DeviceBuffer& buffer) {
+    return o.varlen > 0 ? make_blhd(buffer.get(), o.dtype, 1, L, H, D) : make_bhld(buffer.get(), o.dtype, B, H, L, D);
+  };
+  const TensorView tq = view(q), tk = view(k), tv = view(v), to = view(out);
+  DeviceBuffer cu(cu_host.size() * sizeof(int32_t));
+  check(cudaMemcpy(cu.get(), cu_host.data(), cu_host.size() * sizeof(int32_t), cudaMemcpyHostToDevice),
+        "cudaMemcpy cu_seqlens");
+  VarlenBatch batch;
+  batch.cu_seqlens_q = batch.cu_seqlens_k = static_cast<const int32_t*>(cu.get());
+  batch.num_seqs = o.varlen;
+  batch.max_seqlen_q = batch.max_seqlen_k = o.seq;
   const TensorView tl = make_lse(static_cast<float*>(lse.get()), B, H, L);
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   cudaEvent_t start, stop;
@@ -149,12 +179,22 @@ void run(const Options& o) {
   for (const std::string& name : o.cases) {
     const Pattern pattern = make_pattern(name, o);
     const auto t0 = std::chrono::steady_clock::now();
-    const BlockMask mask = BlockMask::build(pattern, MaskShape{L, L, o.block, o.block, H});
+    const BlockMask mask = o.varlen > 0 ? varlen_mask(pattern, o.seq, o.block, o.block, H)
+                                        : BlockMask::build(pattern, MaskShape{L, L, o.block, o.block, H});
     const double build_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (!o.dump_dir.empty()) dump_blocks(mask, o.dump_dir + "/" + name + "_blocks.u8");
-    const int64_t kept = mask.kept_pairs(H) * B;
+    // A varlen batch: pairs kept by each sequence at its own length, over all its pairs.
+    int64_t kept = 0, pairs = 0;
+    for (int64_t len : lengths) {
+      kept += BlockMask::build(pattern, MaskShape{len, len, o.block, o.block, H}).kept_pairs(H);
+      pairs += H * len * len;
+    }
+    if (o.varlen == 0) kept = mask.kept_pairs(H) * B;
+    const double density = o.varlen > 0 ? static_cast<double>(kept) / static_cast<double>(pairs) : mask.density(H);
     auto call = [&] {
-      if (o.naive)
+      if (o.varlen > 0)
+        cuda_attention_varlen(tq, tk, tv, to, batch, mask, scale, &tl);
+      else if (o.naive)
         cuda_naive_attention(tq, tk, tv, to, mask, scale, &tl);
       else
         cuda_attention(tq, tk, tv, to, mask, scale, &tl);
@@ -181,11 +221,14 @@ void run(const Options& o) {
     std::printf(
         "{\"case\": \"%s\", \"kernel\": \"%s\", \"batch\": %lld, \"heads\": %lld, \"seq\": %lld, \"head_dim\": %lld, "
         "\"dtype\": \"%s\", \"block\": %lld, \"kept_pairs\": %lld, \"density\": %.6f, \"time_ms\": %.4f, "
-        "\"min_ms\": %.4f, \"tflops\": %.2f, \"mask_build_ms\": %.2f, \"prepare_ms\": %.2f, \"blocks\": %lld, \"full_blocks\": %lld}\n",
-        name.c_str(), o.naive ? "naive" : "fused", static_cast<long long>(B), static_cast<long long>(H),
+        "\"min_ms\": %.4f, \"tflops\": %.2f, \"mask_build_ms\": %.2f, \"prepare_ms\": %.2f, \"blocks\": %lld, \"full_blocks\": %lld, "
+        "\"varlen_seqs\": %lld}\n",
+        name.c_str(), o.varlen > 0 ? "fused-varlen" : o.naive ? "naive" : "fused", static_cast<long long>(B),
+        static_cast<long long>(H),
         static_cast<long long>(L), static_cast<long long>(D), dtype_name(o.dtype), static_cast<long long>(o.block),
-        static_cast<long long>(kept), mask.density(H), median_ms, times.front(), tflops, build_ms, prepare_ms,
-        static_cast<long long>(mask.num_blocks()), static_cast<long long>(mask.num_full_blocks()));
+        static_cast<long long>(kept), density, median_ms, times.front(), tflops, build_ms, prepare_ms,
+        static_cast<long long>(mask.num_blocks()), static_cast<long long>(mask.num_full_blocks()),
+        static_cast<long long>(o.varlen));
     std::fflush(stdout);
   }
   cudaEventDestroy(start);

@@ -82,6 +82,13 @@ def test_mask_none_is_dense_and_scale_is_passed(rng):
     torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
 
 
+def test_a_batch_of_empty_sequences_gives_empty_outputs():
+    q = torch.randn(0, 2, 8)
+    cu = torch.zeros(3, dtype=torch.int32)
+    out, lse = spattn.attention_varlen(q, q[:, :1], q[:, :1], cu, cu, 0, 0, return_lse=True)
+    assert out.shape == (0, 2, 8) and lse.shape == (2, 0)
+
+
 def test_torch_compile_traces_the_operator(rng):
     torch._dynamo.reset()
     q, k, v, cu = packed(rng, [7, 30], 2, 1, 16, torch.float32)

@@ -1,11 +1,11 @@
 """Loads the compiled spattn operators and registers their fake kernels.
 
 The shared library next to this file (built from python/csrc) registers the
-``torch.ops.spattn.*`` operators through ``TORCH_LIBRARY``. ``attention`` is
-the only operator meant for traced code: its fake kernel below gives
-torch.compile the output metadata (out with the strides of q, lse fp32
-(B, Hq, Lq)) without running anything. The other operators build patterns and
-masks on the host and run eagerly.
+``torch.ops.spattn.*`` operators through ``TORCH_LIBRARY``. ``attention`` and
+``dynamic_attention`` (CUDA only) are the operators meant for traced code:
+their fake kernels below give torch.compile the output metadata (out with the
+strides of q, lse fp32 (B, Hq, Lq)) without running anything. The other
+operators build patterns and masks on the host and run eagerly.
 """
 from pathlib import Path
 
@@ -25,6 +25,14 @@ ops = torch.ops.spattn
 @torch.library.register_fake("spattn::attention")
 def _attention_fake(q, k, v, mask_q_len, mask_k_len, block_q, block_k, row_offsets, kv_indices,
                     kv_full, code, table_i32, table_i64, scale, backend):
+    out = torch.empty_like(q)
+    lse = q.new_empty((q.shape[0], q.shape[1], q.shape[2]), dtype=torch.float32)
+    return out, lse
+
+
+@torch.library.register_fake("spattn::dynamic_attention")
+def _dynamic_attention_fake(q, k, v, block_q, block_k, topk, tau, min_blocks, max_blocks, sink_blocks,
+                            local_blocks, causal, stride, per_query_head, scale):
     out = torch.empty_like(q)
     lse = q.new_empty((q.shape[0], q.shape[1], q.shape[2]), dtype=torch.float32)
     return out, lse

@@ -33,8 +33,9 @@ SelectedMasks select_blocks_op(const at::Tensor& q, const at::Tensor& k, int64_t
   TORCH_CHECK_VALUE(q.device().is_cpu() && k.device().is_cpu(), "select_blocks reads host tensors, got q on ",
                     q.device(), " and k on ", k.device());
   return run_with_value_errors([&] {
-    const SelectConfig config = select_config_of(block_q, block_k, topk, tau, min_blocks, max_blocks, sink_blocks,
-                                                 local_blocks, causal, stride, per_query_head, scale);
+    const SelectConfig config = select_config_of(block_q, block_k, topk, tau, min_blocks, max_blocks,
+                                                 sink_blocks, local_blocks, causal, stride, per_query_head,
+                                                 scale);
     const std::vector<BlockMask> masks = select_blocks_batched(view_of(q, "q"), view_of(k, "k"), config);
     std::vector<at::Tensor> offsets, indices, full;
     for (const BlockMask& mask : masks) {

@@ -26,6 +26,11 @@ Results go to a JSON file (default bench/results/torch_<card>.json) and a
 markdown table is printed.
 
     python3 bench/torch_peers.py [--seqs 8192,32768] [--heads 16] [--head-dim 128]
+                                 [--masks causal,window,blocks10] [--no-flex]
+
+--masks picks some of the masks; --no-flex leaves FlexAttention out (its
+compilation takes a while), e.g. `--masks causal --no-flex` times the SDPA
+causal baselines alone.
 """
 import argparse
 import json
@@ -128,13 +133,14 @@ def measure(args):
                              pairs=kept_pairs(keep, seq)),
         }
         causal_ms = {}
-        for name, m in masks.items():
+        for name, m in ((n, masks[n]) for n in args.masks.split(",")):
             rec = dict(seq=seq, heads=H, head_dim=D, mask=name, density=m["pairs"] / (seq * seq))
             outs = {}
-            flex_mask = create_block_mask(m["mod"], None, None, seq, seq, device=device, BLOCK_SIZE=BLOCK,
-                                          _compile=True)
-            rec["flex_ms"] = time_ms(lambda: flex(q, k, v, block_mask=flex_mask), args.repeats)
-            outs["flex"] = flex(q, k, v, block_mask=flex_mask)
+            if args.flex:
+                flex_mask = create_block_mask(m["mod"], None, None, seq, seq, device=device, BLOCK_SIZE=BLOCK,
+                                              _compile=True)
+                rec["flex_ms"] = time_ms(lambda: flex(q, k, v, block_mask=flex_mask), args.repeats)
+                outs["flex"] = flex(q, k, v, block_mask=flex_mask)
             if name == "causal":
                 for key, backend in (("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION),
                                      ("sdpa_flash", SDPBackend.FLASH_ATTENTION)):
@@ -155,7 +161,8 @@ def measure(args):
                     sm = spattn.BlockMask.from_dense(keep.cpu(), block_size=BLOCK, causal=True).to(device)
                 rec["spattn_ms"] = time_ms(lambda: spattn.attention(q, k, v, sm), args.repeats)
                 outs["spattn"] = spattn.attention(q, k, v, sm)
-                rec["spattn_vs_flex_error"] = relative_error(outs["spattn"], outs["flex"])
+                if "flex" in outs:
+                    rec["spattn_vs_flex_error"] = relative_error(outs["spattn"], outs["flex"])
                 if "sdpa_cudnn" in outs:
                     rec["spattn_vs_sdpa_error"] = relative_error(outs["spattn"], outs["sdpa_cudnn"])
             for key in ("spattn", "sdpa_cudnn", "sdpa_flash", "flex"):
@@ -195,8 +202,14 @@ def main():
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--density", type=float, default=0.10, help="kept share of the causal blocks (blocks10)")
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--masks", default="causal,window,blocks10", help="comma-separated subset of the masks")
+    parser.add_argument("--no-flex", dest="flex", action="store_false", help="leave FlexAttention out")
     parser.add_argument("--out", default=None, help="JSON path (default bench/results/torch_<card>.json)")
-    return measure(parser.parse_args())
+    args = parser.parse_args()
+    unknown = set(args.masks.split(",")) - {"causal", "window", "blocks10"}
+    if unknown:
+        parser.error(f"--masks: unknown mask(s) {', '.join(sorted(unknown))}")
+    return measure(args)
 
 
 if __name__ == "__main__":

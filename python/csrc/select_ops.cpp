@@ -1,5 +1,7 @@
 // python/csrc/select_ops.cpp - the spattn::select_blocks operator: dynamic
-// block selection (spattn/select.hpp) for the Python package.
+// block selection (spattn/select.hpp) for the Python package; also the
+// schema of spattn::dynamic_attention, whose kernel is CUDA-only
+// (dynamic_cuda.cpp).
 //
 // The operator takes host tensors q (B, Hq, Lq, D) and k (B, Hkv, Lk, D) in
 // any dtype and layout plus the fields of spattn::SelectConfig, runs
@@ -15,6 +17,7 @@
 
 #include "spattn/error.hpp"
 #include "spattn/select.hpp"
+#include "select_op_args.hpp"
 #include "tensor_bridge.hpp"
 
 namespace spattn::torch_bridge {
@@ -30,19 +33,9 @@ SelectedMasks select_blocks_op(const at::Tensor& q, const at::Tensor& k, int64_t
   TORCH_CHECK_VALUE(q.device().is_cpu() && k.device().is_cpu(), "select_blocks reads host tensors, got q on ",
                     q.device(), " and k on ", k.device());
   return run_with_value_errors([&] {
-    SelectConfig config;
-    config.block_q = block_q;
-    config.block_k = block_k;
-    config.topk = topk;
-    config.tau = tau;
-    config.min_blocks = min_blocks;
-    config.max_blocks = max_blocks;
-    config.sink_blocks = sink_blocks;
-    config.local_blocks = local_blocks;
-    config.causal = causal;
-    config.stride = stride;
-    config.per_query_head = per_query_head;
-    config.scale = scale;
+    const SelectConfig config = select_config_of(block_q, block_k, topk, tau, min_blocks, max_blocks,
+                                                 sink_blocks, local_blocks, causal, stride, per_query_head,
+                                                 scale);
     const std::vector<BlockMask> masks = select_blocks_batched(view_of(q, "q"), view_of(k, "k"), config);
     std::vector<at::Tensor> offsets, indices, full;
     for (const BlockMask& mask : masks) {
@@ -65,4 +58,8 @@ TORCH_LIBRARY_FRAGMENT(spattn, m) {
       "float? scale) -> (Tensor[] row_offsets, Tensor[] kv_indices, Tensor[] kv_full, Tensor code, "
       "Tensor table_i32, Tensor table_i64)",
       &spattn::torch_bridge::select_blocks_op);
+  m.def(
+      "dynamic_attention(Tensor q, Tensor k, Tensor v, int block_q, int block_k, int? topk, float? tau, "
+      "int min_blocks, int max_blocks, int sink_blocks, int local_blocks, bool causal, int stride, "
+      "bool per_query_head, float? scale) -> (Tensor out, Tensor lse)");
 }

@@ -1,12 +1,12 @@
 """Loads the compiled spattn operators and registers their fake kernels.
 
 The shared library next to this file (built from python/csrc) registers the
-``torch.ops.spattn.*`` operators through ``TORCH_LIBRARY``. ``attention`` and
-``attention_varlen`` are the operators meant for traced code: their fake
-kernels below give torch.compile the output metadata (out with the strides of
-q; lse fp32 (B, Hq, Lq), or (Hq, total_q) for varlen) without running
-anything. The other operators build patterns and masks on the host and run
-eagerly.
+``torch.ops.spattn.*`` operators through ``TORCH_LIBRARY``. ``attention``,
+``attention_varlen`` and ``dynamic_attention`` (CUDA only) are the operators
+meant for traced code: their fake kernels below give torch.compile the output
+metadata (out with the strides of q; lse fp32 (B, Hq, Lq), or (Hq, total_q)
+for varlen) without running anything. The other operators build patterns and
+masks on the host and run eagerly.
 """
 from pathlib import Path
 
@@ -37,6 +37,14 @@ def _attention_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            table_i64, scale, backend):
     out = torch.empty_like(q)
     lse = q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+    return out, lse
+
+
+@torch.library.register_fake("spattn::dynamic_attention")
+def _dynamic_attention_fake(q, k, v, block_q, block_k, topk, tau, min_blocks, max_blocks, sink_blocks,
+                            local_blocks, causal, stride, per_query_head, scale):
+    out = torch.empty_like(q)
+    lse = q.new_empty((q.shape[0], q.shape[1], q.shape[2]), dtype=torch.float32)
     return out, lse
 
 

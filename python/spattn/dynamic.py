@@ -9,7 +9,11 @@ mass of ``tau``, within ``min_blocks`` / ``max_blocks``. The selection runs in
 the C++ library (``spattn::select_blocks_batched``) on the host: CUDA tensors
 are copied to the host for it and the masks moved back to their device.
 ``dynamic_attention`` selects, then runs ``spattn.attention`` with each batch
-element's mask.
+element's mask; on CUDA tensors with mean pooling and blocks that fit the
+fused kernel's tile it runs the ``spattn::dynamic_attention`` operator
+instead, which selects and attends on the device with no host
+synchronisation (spattn::CudaDynamicAttention) and can be compiled and
+captured in a CUDA graph.
 """
 from __future__ import annotations
 
@@ -21,10 +25,14 @@ import torch
 
 from spattn._ops import ops
 from spattn._pattern import Pattern
-from spattn.attention import _check_tensors as check_tensors, attention
+from spattn.attention import (_HAS_CUDA, _check_options as check_options, _check_tensors as check_tensors,
+                              attention)
 from spattn.block_mask import BlockMask, BlockSize, block_size_pair, int_at_least
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+# The fused CUDA kernel's tile (query rows, keys): the device path needs
+# block_q and block_k multiples of it (docs/dynamic.md).
+_FUSED_TILE = (128, 64)
 
 
 def _check_qk(q, k) -> None:
@@ -146,6 +154,13 @@ def select_blocks(q: torch.Tensor, k: torch.Tensor, *, topk: Optional[int] = Non
                                  stride=stride, causal=causal, per_query_head=per_query_head, scale=scale)[0]
 
 
+def _on_device(q, select_args, return_masks, backend) -> bool:
+    """Can select-then-attend run in the device operator (no host copy of the masks)?"""
+    block_q, block_k, stride = select_args[0], select_args[1], select_args[9]
+    return (q.is_cuda and _HAS_CUDA and backend in ("auto", "cuda") and not return_masks and stride == 0
+            and block_q % _FUSED_TILE[0] == 0 and block_k % _FUSED_TILE[1] == 0)
+
+
 def dynamic_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, topk: Optional[int] = None,
                       tau: Optional[float] = None, block_size: BlockSize = 128, sink_blocks: int = 1,
                       local_blocks: int = 2, min_blocks: int = 0, max_blocks: int = 0, stride: int = 0,
@@ -158,12 +173,28 @@ def dynamic_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, topk
     ``return_lse`` and ``backend`` are those of ``spattn.attention``. Returns
     ``out``, with ``(out, lse)`` for ``return_lse`` and the list of masks
     appended for ``return_masks``. Batch element b equals
-    ``spattn.attention(q[b:b+1], k[b:b+1], v[b:b+1], masks[b])``. The selection
-    runs on the host (CUDA tensors are copied there for it); the attention
-    runs where the tensors are.
+    ``spattn.attention(q[b:b+1], k[b:b+1], v[b:b+1], masks[b])``.
+
+    On CUDA tensors with ``stride=0``, ``block_q`` a multiple of 128 and
+    ``block_k`` of 64, without ``return_masks`` and with backend ``auto`` or
+    ``cuda``, selection and attention run on the device in one operator
+    (``spattn::dynamic_attention``): no host synchronisation, usable under
+    torch.compile and in CUDA graphs (its buffers are made by the first call
+    with a configuration and shape, which must precede a capture). The
+    device selection scores in fp32, the host one in fp64: a block whose
+    choice hangs on a near tie may differ (docs/dynamic.md). Otherwise the
+    selection runs on the host (CUDA tensors are copied there for it) and the
+    attention where the tensors are.
     """
     check_tensors(q, k, v)
     _check_bool(return_masks, "return_masks")
+    check_options(scale, backend, return_lse)
+    _check_qk(q, k)
+    args = _select_args(topk, tau, block_size, sink_blocks, local_blocks, min_blocks, max_blocks, stride,
+                        causal, per_query_head, scale)
+    if _on_device(q, args, return_masks, backend):
+        out, lse = ops.dynamic_attention(q, k, v, *args)
+        return (out, lse) if return_lse else out
     masks = select_blocks_batched(q, k, topk=topk, tau=tau, block_size=block_size, sink_blocks=sink_blocks,
                                   local_blocks=local_blocks, min_blocks=min_blocks, max_blocks=max_blocks,
                                   stride=stride, causal=causal, per_query_head=per_query_head, scale=scale)

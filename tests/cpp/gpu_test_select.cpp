@@ -193,6 +193,10 @@ TEST(GpuSelect, MatchesTheHostSelector) {
       {1, 4, 4, 3000, 1200, 128, DType::F32, true, make_config(128, 64, {}, 0.95, true, 1, 2, 0, 0, false)},
       {1, 4, 1, 2048, 8192, 64, DType::BF16, true, make_config(64, 128, {}, 1.0, true, 0, 0, 0, 0, false)},
       {1, 2, 2, 512, 512, 32, DType::F32, false, make_config(16, 16, 100, {}, true, 1, 1, 0, 0, false)},
+      // 2048 key blocks: fewer query blocks per CTA than the 8 that fit smaller rows.
+      {1, 2, 1, 200, 32768, 32, DType::F32, false, make_config(64, 16, 40, {}, false, 1, 2, 0, 0, false)},
+      // A head dim that is not a multiple of 4 (scalar scoring), groups of 3 query heads.
+      {1, 6, 2, 700, 900, 30, DType::F32, false, make_config(64, 32, {}, 0.8, true, 1, 2, 0, 0, false)},
   };
   std::mt19937_64 rng(301);
   Agreement total;

@@ -19,7 +19,9 @@ namespace {
 
 namespace sk = select_kernels;
 
-constexpr size_t kDefaultSharedBytes = 48 * 1024;
+// Shared memory a score_select_kernel CTA may take before it scores fewer
+// query blocks (two CTAs per SM on sm_90 at this size).
+constexpr size_t kTileSharedBytes = 100 * 1024;
 
 struct CudaFree {
   void operator()(void* p) const {
@@ -110,19 +112,25 @@ BlockSelector::BlockSelector(const SelectConfig& config, const SelectShape& shap
                   std::numeric_limits<int32_t>::max(),
           "CUDA selector: too many (batch, head, block) triples to pool in one launch");
 
-  select_smem_bytes_ = static_cast<size_t>(next_pow2(nkb)) * (sizeof(uint64_t) + sizeof(float)) +
-                       static_cast<size_t>(shape.head_dim) * sizeof(float);
   int device = 0, optin = 0;
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   check_cuda(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
              "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)");
-  require(select_smem_bytes_ <= static_cast<size_t>(optin), "CUDA selector: ", nkb, " key blocks need ",
-          select_smem_bytes_, " bytes of shared memory per row, the device has ", optin,
-          "; use a larger block_k");
-  if (select_smem_bytes_ > kDefaultSharedBytes)
-    check_cuda(cudaFuncSetAttribute(sk::score_select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(select_smem_bytes_)),
-               "cudaFuncSetAttribute(score_select_kernel)");
+  row_stride_ = next_pow2(nkb);
+  tile_rows_ = sk::kMaxTileRows;
+  while (tile_rows_ > 1 && sk::select_smem_bytes(tile_rows_, row_stride_, shape.head_dim) > kTileSharedBytes)
+    tile_rows_ /= 2;
+  select_smem_bytes_ = sk::select_smem_bytes(tile_rows_, row_stride_, shape.head_dim);
+  cudaFuncAttributes kernel{};
+  check_cuda(cudaFuncGetAttributes(&kernel, sk::score_select_kernel),
+             "cudaFuncGetAttributes(score_select_kernel)");
+  require(select_smem_bytes_ + kernel.sharedSizeBytes <= static_cast<size_t>(optin), "CUDA selector: ", nkb,
+          " key blocks need ", select_smem_bytes_ + kernel.sharedSizeBytes,
+          " bytes of shared memory for one query block, the device has ", optin, "; use a larger block_k");
+  // The device's whole allowance, so that no selector lowers another's.
+  check_cuda(cudaFuncSetAttribute(sk::score_select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  optin - static_cast<int>(kernel.sharedSizeBytes)),
+             "cudaFuncSetAttribute(score_select_kernel)");
 
   const int64_t B = shape.batch, D = shape.head_dim, entries = B * rows * capacity_;
   buffers_ = std::make_unique<Buffers>();
@@ -190,13 +198,15 @@ void BlockSelector::score_select(cudaStream_t stream) {
   select.head_dim = shape_.head_dim;
   select.mask_heads = mask_heads_;
   select.per_query_head = per_query_head_ ? 1 : 0;
+  select.tile_rows = tile_rows_;
+  select.row_stride = row_stride_;
   select.capacity = capacity_;
   select.counts = static_cast<int32_t*>(buffers_->counts.get());
   select.slots = static_cast<int32_t*>(buffers_->slots.get());
   select.slot_full = static_cast<uint8_t*>(buffers_->slot_full.get());
-  const int64_t rows = mask_heads_ * params_.num_q_blocks;
-  sk::score_select_kernel<<<static_cast<unsigned>(B * rows), sk::kSelectThreads, select_smem_bytes_,
-                            stream>>>(select);
+  const int64_t tiles = (params_.num_q_blocks + tile_rows_ - 1) / tile_rows_;
+  const auto ctas = static_cast<unsigned>(B * mask_heads_ * tiles);
+  sk::score_select_kernel<<<ctas, sk::kSelectThreads, select_smem_bytes_, stream>>>(select);
   check_launch("score_select_kernel");
 }
 

@@ -71,6 +71,8 @@ class BlockSelector {
   bool per_query_head_ = false;
   int64_t mask_heads_ = 0;
   int64_t capacity_ = 0;
+  int64_t tile_rows_ = 1;   // query blocks per score_select_kernel CTA
+  int64_t row_stride_ = 1;  // key-block slots per row in its shared memory
   size_t select_smem_bytes_ = 0;
   std::unique_ptr<Buffers> buffers_;
 };

@@ -4,24 +4,31 @@
 //   pool_kernel          one CTA per (batch, head, block) of q and of k: the
 //                        fp32 mean of the block's rows, per d (16-byte loads
 //                        where the layout allows, pool_kernel_vec).
-//   score_select_kernel  one CTA per (batch, mask head, query block) row:
-//                        scores of the allowed key blocks (a warp per key
-//                        block, lanes over d), a softmax per query head
-//                        averaged into the row's probabilities, 64-bit sort
+//   score_select_kernel  one CTA per (batch, mask head, tile of R consecutive
+//                        query blocks), R = 8 unless shared memory asks for
+//                        fewer. Scores: a thread per key block reads its
+//                        pooled key row once and dots it with the tile's R
+//                        pooled q rows (shared memory), so the pooled keys
+//                        are read once per R rows; per query head of the
+//                        row, then a softmax per row (a group of
+//                        blockDim / R threads on its own named barrier)
+//                        averaged into the row's probabilities. Then each
+//                        group, independently of the others: 64-bit sort
 //                        keys (forced flag | probability bits | ~index) in a
 //                        shared-memory bitonic sort (descending: forced
 //                        first, then probability, ties to the lower index),
-//                        the count rule (topk, or a block scan of the sorted
-//                        mass against tau; then the budgets of
-//                        select_rules.hpp), and the kept blocks compacted in
-//                        ascending order into the row's fixed-capacity slots.
+//                        the count rule (topk, or a scan of the sorted mass
+//                        against tau; then the budgets of select_rules.hpp),
+//                        and the kept blocks compacted in ascending order
+//                        into the row's fixed-capacity slots.
 //                        The slots and their full / partial flags are what
 //                        the fused select-then-attend path reads.
 //   pack_kernel          one CTA per batch element: exclusive scan of the row
 //                        counts into row_offsets, then the slots copied into
 //                        contiguous kv_indices and kv_full (BlockMask arrays).
-// Shared memory of score_select_kernel: keys (8 B) and probabilities (4 B)
-// for the next power of two >= num_k_blocks, plus one pooled q vector.
+// Shared memory of score_select_kernel: per row, keys (8 B) and probabilities
+// (4 B) for the next power of two >= num_k_blocks, plus the tile's pooled q
+// rows (TileSmem).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -35,6 +42,7 @@ namespace spattn::cuda_detail::select_kernels {
 
 constexpr int kPoolThreads = 128;
 constexpr int kSelectThreads = 256;
+constexpr int kMaxTileRows = 8;  // query blocks per score_select_kernel CTA
 constexpr int kPackThreads = 1024;
 constexpr int kWarp = 32;
 constexpr uint32_t kIndexMask = 0x7fffffffu;
@@ -59,7 +67,9 @@ struct SelectArgs {
   int64_t batch = 0, q_heads = 0, kv_heads = 0, head_dim = 0;
   int64_t mask_heads = 0;  // Hkv, or Hq with per-query-head selection
   int32_t per_query_head = 0;
-  int64_t capacity = 0;       // slots per row
+  int64_t tile_rows = 1;   // R: query blocks per CTA, 1 to kMaxTileRows, blockDim.x / R a warp multiple
+  int64_t row_stride = 1;  // P: next power of two >= num_k_blocks
+  int64_t capacity = 0;    // slots per row
   int32_t* counts = nullptr;  // (B, mask_heads, nqb)
   int32_t* slots = nullptr;   // (B, mask_heads, nqb, capacity)
   uint8_t* slot_full = nullptr;  // same layout: 1 = full block, 0 = cut by causality
@@ -148,7 +158,18 @@ __global__ void __launch_bounds__(kPoolThreads) pool_kernel_vec(const PoolArgs a
   }
 }
 
-// ---- block-wide helpers (kSelectThreads threads) ----------------------------
+// ---- thread groups -----------------------------------------------------------
+
+// A run of whole warps of the CTA that works on one row and synchronises on
+// its own named barrier (barrier 0 with every thread is __syncthreads).
+struct ThreadGroup {
+  int rank, size, barrier;
+  __device__ void sync() const { asm volatile("bar.sync %0, %1;" ::"r"(barrier), "r"(size) : "memory"); }
+};
+
+__device__ __forceinline__ ThreadGroup whole_cta() {
+  return ThreadGroup{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x), 0};
+}
 
 __device__ __forceinline__ float warp_sum(float x) {
   for (int o = kWarp / 2; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
@@ -159,40 +180,45 @@ __device__ __forceinline__ float warp_max(float x) {
   return x;
 }
 
-// Reduces x over the CTA (sum or max); every thread gets the result.
+// Reduces x over the group (sum or max); every thread of it gets the result.
 template <bool kMax>
-__device__ float block_reduce(float x, float* scratch) {
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
+__device__ float group_reduce(const ThreadGroup& g, float x, float* scratch) {
+  const int lane = g.rank % kWarp, warp = g.rank / kWarp, warps = g.size / kWarp;
   x = kMax ? warp_max(x) : warp_sum(x);
-  __syncthreads();  // scratch may still be read by a previous reduction
+  g.sync();  // scratch may still be read by a previous reduction
   if (lane == 0) scratch[warp] = x;
-  __syncthreads();
+  g.sync();
   x = lane < warps ? scratch[lane] : (kMax ? -INFINITY : 0.0f);
   return kMax ? warp_max(x) : warp_sum(x);
 }
 
-// Exclusive scan over threads of one value each; returns this thread's prefix.
+// Exclusive scan over the group's threads of one value each; returns this
+// thread's prefix and, in *total, the sum of all values.
 template <typename V>
-__device__ V block_exclusive_scan(V x, V* scratch) {
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
+__device__ V group_exclusive_scan(const ThreadGroup& g, V x, V* scratch, V* total = nullptr) {
+  const int lane = g.rank % kWarp, warp = g.rank / kWarp, warps = g.size / kWarp;
   V inclusive = x;
   for (int o = 1; o < kWarp; o <<= 1) {
     const V up = __shfl_up_sync(0xffffffffu, inclusive, o);
     if (lane >= o) inclusive += up;
   }
-  __syncthreads();
+  g.sync();
   if (lane == kWarp - 1) scratch[warp] = inclusive;
-  __syncthreads();
-  V warp_prefix = 0;
-  for (int w = 0; w < warp && w < warps; ++w) warp_prefix += scratch[w];
+  g.sync();
+  V warp_prefix = 0, sum = 0;
+  for (int w = 0; w < warps; ++w) {
+    if (w < warp) warp_prefix += scratch[w];
+    sum += scratch[w];
+  }
+  if (total) *total = sum;
   return warp_prefix + inclusive - x;
 }
 
 // Sorts keys[0, n) descending; n is a power of two.
-__device__ void bitonic_sort_descending(uint64_t* keys, int64_t n) {
+__device__ void bitonic_sort_descending(const ThreadGroup& g, uint64_t* keys, int64_t n) {
   for (int64_t k = 2; k <= n; k <<= 1) {
     for (int64_t j = k >> 1; j > 0; j >>= 1) {
-      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      for (int64_t i = g.rank; i < n; i += g.size) {
         const int64_t partner = i ^ j;
         if (partner > i) {
           const uint64_t x = keys[i], y = keys[partner];
@@ -203,7 +229,7 @@ __device__ void bitonic_sort_descending(uint64_t* keys, int64_t n) {
           }
         }
       }
-      __syncthreads();
+      g.sync();
     }
   }
 }
@@ -228,103 +254,124 @@ __device__ __forceinline__ int64_t next_pow2(int64_t n) {
 
 // ---- score + select ----------------------------------------------------------
 
-// Adds the softmax of query head h over key blocks [0, n) to probs, weighted.
-__device__ void add_head_probs(const SelectArgs& a, int64_t b, int64_t h, int64_t qb, int64_t n, float weight,
-                               float* q_vec, float* logits, float* probs, float* scratch) {
-  const int64_t D = a.head_dim, nqb = a.p.num_q_blocks, nkb = a.p.num_k_blocks;
-  const int64_t kv_head = h / (a.q_heads / a.kv_heads);
-  const float* pq = a.pooled_q + ((b * a.q_heads + h) * nqb + qb) * D;
-  const float* pk = a.pooled_k + (b * a.kv_heads + kv_head) * nkb * D;
-  __syncthreads();  // q_vec and logits are free
-  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) q_vec[d] = pq[d];
-  __syncthreads();
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
+// The CTA's shared memory (SelectArgs::tile_rows = R rows, row_stride = P):
+//   q_tile  R x D floats, rounded up to 4 (the pooled q rows of one head)
+//   keys    R x P uint64 (a row's logits alias its first P floats)
+//   probs   R x P floats
+struct TileSmem {
+  float* q_tile;
+  uint64_t* keys;
+  float* probs;
+};
+
+SPATTN_HD int64_t q_tile_floats(int64_t rows, int64_t head_dim) { return (rows * head_dim + 3) / 4 * 4; }
+
+SPATTN_HD size_t select_smem_bytes(int64_t rows, int64_t row_stride, int64_t head_dim) {
+  return static_cast<size_t>(q_tile_floats(rows, head_dim)) * sizeof(float) +
+         static_cast<size_t>(rows * row_stride) * (sizeof(uint64_t) + sizeof(float));
+}
+
+// Logits of the tile's rows against key blocks [0, n_tile) of one kv head: a
+// thread per key block reads its pooled key row once (16-byte loads when D
+// allows) and dots it with every pooled q row of the tile (shared memory,
+// read as a broadcast). Row rr keeps the entries below its own n_of[rr].
+__device__ void score_tile(const SelectArgs& a, const float* q_tile, const float* pk, int64_t rows,
+                           const int32_t* n_of, int64_t n_tile, uint64_t* keys) {
+  const int64_t D = a.head_dim, P = a.row_stride;
   const float scale = static_cast<float>(a.p.scale);
-  for (int64_t c = warp; c < n; c += warps) {
-    float partial = 0.0f;
-    for (int64_t d = lane; d < D; d += kWarp) partial += q_vec[d] * pk[c * D + d];
-    partial = warp_sum(partial);
-    if (lane == 0) logits[c] = partial * scale;
+  for (int64_t c = threadIdx.x; c < n_tile; c += blockDim.x) {
+    float acc[kMaxTileRows];
+#pragma unroll
+    for (int rr = 0; rr < kMaxTileRows; ++rr) acc[rr] = 0.0f;
+    const float* kr = pk + c * D;
+    if (D % 4 == 0) {
+#pragma unroll 2
+      for (int64_t d = 0; d < D; d += 4) {
+        const float4 kv = __ldg(reinterpret_cast<const float4*>(kr + d));
+#pragma unroll
+        for (int rr = 0; rr < kMaxTileRows; ++rr)
+          if (rr < rows) {
+            const float4 qv = *reinterpret_cast<const float4*>(q_tile + rr * D + d);
+            acc[rr] = fmaf(qv.x, kv.x, fmaf(qv.y, kv.y, fmaf(qv.z, kv.z, fmaf(qv.w, kv.w, acc[rr]))));
+          }
+      }
+    } else {
+      for (int64_t d = 0; d < D; ++d) {
+        const float kd = __ldg(kr + d);
+#pragma unroll
+        for (int rr = 0; rr < kMaxTileRows; ++rr)
+          if (rr < rows) acc[rr] = fmaf(q_tile[rr * D + d], kd, acc[rr]);
+      }
+    }
+#pragma unroll
+    for (int rr = 0; rr < kMaxTileRows; ++rr)
+      if (rr < rows && c < n_of[rr]) reinterpret_cast<float*>(keys + rr * P)[c] = acc[rr] * scale;
   }
-  __syncthreads();
+}
+
+// Adds the softmax of one row's logits over [0, n) to its probs, weighted.
+__device__ void add_softmax(const ThreadGroup& g, float* logits, float* probs, int64_t n, float weight,
+                            float* scratch) {
   float local_max = -INFINITY;
-  for (int64_t c = threadIdx.x; c < n; c += blockDim.x) local_max = fmaxf(local_max, logits[c]);
-  const float row_max = block_reduce<true>(local_max, scratch);
+  for (int64_t c = g.rank; c < n; c += g.size) local_max = fmaxf(local_max, logits[c]);
+  const float row_max = group_reduce<true>(g, local_max, scratch);
   float local_sum = 0.0f;
-  for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
+  for (int64_t c = g.rank; c < n; c += g.size) {
     const float e = __expf(logits[c] - row_max);
     logits[c] = e;
     local_sum += e;
   }
-  const float inv_sum = weight / block_reduce<false>(local_sum, scratch);
-  for (int64_t c = threadIdx.x; c < n; c += blockDim.x) probs[c] += logits[c] * inv_sum;
+  const float inv_sum = weight / group_reduce<false>(g, local_sum, scratch);
+  for (int64_t c = g.rank; c < n; c += g.size) probs[c] += logits[c] * inv_sum;
 }
 
 // Number of sorted positions s in [forced, n) whose preceding mass is < tau.
-__device__ int64_t tau_taken(const SelectArgs& a, const uint64_t* keys, int64_t forced, int64_t n,
+__device__ int64_t tau_taken(const ThreadGroup& g, double tau, const uint64_t* keys, int64_t forced, int64_t n,
                              float* fscratch, int32_t* iscratch) {
-  const int64_t chunk = (n + blockDim.x - 1) / blockDim.x;
-  const int64_t s0 = threadIdx.x * chunk, s1 = s0 + chunk < n ? s0 + chunk : n;
+  const int64_t chunk = (n + g.size - 1) / g.size;
+  const int64_t s0 = g.rank * chunk, s1 = s0 + chunk < n ? s0 + chunk : n;
   float own = 0.0f;
   for (int64_t s = s0; s < s1; ++s) own += key_prob(keys[s]);
-  float mass = block_exclusive_scan(own, fscratch);
+  float mass = group_exclusive_scan(g, own, fscratch);
   int32_t count = 0;
   for (int64_t s = s0; s < s1; ++s) {
-    if (s >= forced && (a.p.tau >= 1.0 || mass < static_cast<float>(a.p.tau))) ++count;
+    if (s >= forced && (tau >= 1.0 || mass < static_cast<float>(tau))) ++count;
     mass += key_prob(keys[s]);
   }
-  const int32_t before = block_exclusive_scan(count, iscratch);
-  __shared__ int32_t total;
-  if (threadIdx.x == blockDim.x - 1) total = before + count;
-  __syncthreads();
+  int32_t total = 0;
+  group_exclusive_scan(g, count, iscratch, &total);
   return total;
 }
 
-__global__ void __launch_bounds__(kSelectThreads) score_select_kernel(const SelectArgs a) {
-  extern __shared__ uint64_t smem[];
-  __shared__ float fscratch[kWarp];
-  __shared__ int32_t iscratch[kWarp];
+// Orders, counts and stores one row (query block qb, n allowed blocks, its
+// probabilities in probs): 64-bit sort keys in keys, a bitonic sort, the
+// count rule, and the kept blocks compacted in ascending order into the
+// row's slots.
+__device__ void select_row(const SelectArgs& a, const ThreadGroup& g, int64_t row, int64_t qb, int64_t n,
+                           uint64_t* keys, float* probs, float* fscratch, int32_t* iscratch) {
   const select_detail::SelectParams& p = a.p;
-  const int64_t nqb = p.num_q_blocks;
-  const int64_t row = blockIdx.x;  // (b, mask head, qb)
-  const int64_t qb = row % nqb, m = (row / nqb) % a.mask_heads, b = row / (nqb * a.mask_heads);
-  const int64_t n = select_detail::allowed_blocks(p, qb);
-  const int64_t capacity_pow2 = next_pow2(p.num_k_blocks);
-  uint64_t* keys = smem;                                          // capacity_pow2
-  float* probs = reinterpret_cast<float*>(keys + capacity_pow2);  // capacity_pow2
-  float* q_vec = probs + capacity_pow2;                           // head_dim
-  float* logits = reinterpret_cast<float*>(keys);                 // aliases keys until they are built
-
-  for (int64_t c = threadIdx.x; c < n; c += blockDim.x) probs[c] = 0.0f;
-  const int64_t group = a.q_heads / a.kv_heads;
-  const int64_t heads_per_row = a.per_query_head ? 1 : group;
-  for (int64_t t = 0; t < heads_per_row; ++t) {
-    const int64_t h = a.per_query_head ? m : m * group + t;
-    add_head_probs(a, b, h, qb, n, 1.0f / static_cast<float>(heads_per_row), q_vec, logits, probs, fscratch);
-  }
-  __syncthreads();
-
   const int64_t sort_len = next_pow2(n > 0 ? n : 1);
-  for (int64_t c = threadIdx.x; c < sort_len; c += blockDim.x)
+  g.sync();  // probs complete; the row's logits (aliasing keys) consumed
+  for (int64_t c = g.rank; c < sort_len; c += g.size)
     keys[c] = c < n ? sort_key(select_detail::is_forced(p, qb, c), probs[c], c) : 0ull;
-  __syncthreads();
-  bitonic_sort_descending(keys, sort_len);
+  g.sync();
+  bitonic_sort_descending(g, keys, sort_len);
 
   const int64_t forced = select_detail::forced_count(p, qb, n);
-  const int64_t wanted = p.use_tau ? forced + tau_taken(a, keys, forced, n, fscratch, iscratch) : p.topk;
+  const int64_t wanted = p.use_tau ? forced + tau_taken(g, p.tau, keys, forced, n, fscratch, iscratch) : p.topk;
   const int64_t kept = select_detail::kept_count(p, wanted, forced, n);
 
   // Flags over block indices, then their ascending compaction into the slots.
   int32_t* flags = reinterpret_cast<int32_t*>(probs);
-  for (int64_t c = threadIdx.x; c < n; c += blockDim.x) flags[c] = 0;
-  __syncthreads();
-  for (int64_t s = threadIdx.x; s < kept; s += blockDim.x) flags[key_index(keys[s])] = 1;
-  __syncthreads();
-  const int64_t chunk = (n + blockDim.x - 1) / blockDim.x;
-  const int64_t c0 = threadIdx.x * chunk, c1 = c0 + chunk < n ? c0 + chunk : n;
+  for (int64_t c = g.rank; c < n; c += g.size) flags[c] = 0;
+  g.sync();
+  for (int64_t s = g.rank; s < kept; s += g.size) flags[key_index(keys[s])] = 1;
+  g.sync();
+  const int64_t chunk = (n + g.size - 1) / g.size;
+  const int64_t c0 = g.rank * chunk, c1 = c0 + chunk < n ? c0 + chunk : n;
   int32_t own = 0;
   for (int64_t c = c0; c < c1; ++c) own += flags[c];
-  int32_t at = block_exclusive_scan(own, iscratch);
+  int32_t at = group_exclusive_scan(g, own, iscratch);
   int32_t* out = a.slots + row * a.capacity;
   uint8_t* out_full = a.slot_full + row * a.capacity;
   for (int64_t c = c0; c < c1; ++c)
@@ -332,7 +379,62 @@ __global__ void __launch_bounds__(kSelectThreads) score_select_kernel(const Sele
       out_full[at] = select_detail::block_is_cut(p, qb, c) ? 0 : 1;
       out[at++] = static_cast<int32_t>(c);
     }
-  if (threadIdx.x == 0) a.counts[row] = static_cast<int32_t>(kept);
+  if (g.rank == 0) a.counts[row] = static_cast<int32_t>(kept);
+}
+
+// One CTA per (batch, mask head, tile of R consecutive query blocks).
+__global__ void __launch_bounds__(kSelectThreads) score_select_kernel(const SelectArgs a) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ float fscratch[kMaxTileRows][kWarp];
+  __shared__ int32_t iscratch[kMaxTileRows][kWarp];
+  const select_detail::SelectParams& p = a.p;
+  const int64_t nqb = p.num_q_blocks, R = a.tile_rows, P = a.row_stride, D = a.head_dim;
+  const int64_t tiles = (nqb + R - 1) / R;
+  const int64_t tile = blockIdx.x % tiles, m = (blockIdx.x / tiles) % a.mask_heads,
+                b = blockIdx.x / (tiles * a.mask_heads);
+  const int64_t qb0 = tile * R, rows = R < nqb - qb0 ? R : nqb - qb0;
+  TileSmem s;
+  s.q_tile = reinterpret_cast<float*>(smem);
+  s.keys = reinterpret_cast<uint64_t*>(s.q_tile + q_tile_floats(R, D));
+  s.probs = reinterpret_cast<float*>(s.keys + R * P);
+
+  int32_t n_of[kMaxTileRows];  // allowed key blocks per row (num_k_blocks fits in 31 bits)
+  int64_t n_tile = 0;
+#pragma unroll
+  for (int rr = 0; rr < kMaxTileRows; ++rr) {
+    n_of[rr] = rr < rows ? static_cast<int32_t>(select_detail::allowed_blocks(p, qb0 + rr)) : 0;
+    n_tile = n_of[rr] > n_tile ? n_of[rr] : n_tile;
+  }
+
+  // This thread's row group: blockDim.x / R threads, barrier 1 + row.
+  const int group_size = static_cast<int>(blockDim.x / R);
+  const int r = static_cast<int>(threadIdx.x) / group_size;
+  const ThreadGroup g{static_cast<int>(threadIdx.x) % group_size, group_size, 1 + r};
+  const bool active = r < rows;
+  const int64_t n = active ? select_detail::allowed_blocks(p, qb0 + r) : 0;
+  float* probs = s.probs + r * P;
+  uint64_t* keys = s.keys + r * P;
+  float* logits = reinterpret_cast<float*>(keys);
+  for (int64_t c = g.rank; c < n; c += g.size) probs[c] = 0.0f;
+
+  const int64_t group_heads = a.q_heads / a.kv_heads;
+  const int64_t heads_per_row = a.per_query_head ? 1 : group_heads;
+  for (int64_t t = 0; t < heads_per_row; ++t) {
+    const int64_t h = a.per_query_head ? m : m * group_heads + t;
+    const float* pq = a.pooled_q + ((b * a.q_heads + h) * nqb + qb0) * D;
+    const float* pk = a.pooled_k + (b * a.kv_heads + h / group_heads) * p.num_k_blocks * D;
+    __syncthreads();  // the previous head's logits and q tile are consumed
+    for (int64_t i = threadIdx.x; i < rows * D; i += blockDim.x) s.q_tile[i] = pq[i];
+    __syncthreads();
+    score_tile(a, s.q_tile, pk, rows, n_of, n_tile, s.keys);
+    __syncthreads();
+    if (active)
+      add_softmax(g, logits, probs, n, 1.0f / static_cast<float>(heads_per_row), fscratch[r]);
+  }
+  if (active) {
+    const int64_t row = (b * a.mask_heads + m) * nqb + qb0 + r;
+    select_row(a, g, row, qb0 + r, n, keys, probs, fscratch[r], iscratch[r]);
+  }
 }
 
 // ---- pack --------------------------------------------------------------------
@@ -346,7 +448,7 @@ __global__ void __launch_bounds__(kPackThreads) pack_kernel(const PackArgs a) {
   const int64_t r0 = threadIdx.x * chunk, r1 = r0 + chunk < a.rows ? r0 + chunk : a.rows;
   int64_t own = 0;
   for (int64_t r = r0; r < r1; ++r) own += counts[r];
-  int64_t at = block_exclusive_scan(own, scratch);
+  int64_t at = group_exclusive_scan(whole_cta(), own, scratch);
   for (int64_t r = r0; r < r1; ++r) {
     offsets[r] = at;
     at += counts[r];

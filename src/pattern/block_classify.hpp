@@ -8,7 +8,10 @@
 // p in [p0, p1] x j in [j0, j1] is full iff a(p1) <= j0 and b(p0) >= j1, and
 // empty iff j1 < a(p0) or j0 > b(p1). Diagonal terms (strided) depend only on
 // d = p - j, and every d in [p0 - j1, p1 - j0] occurs in the rectangle. Where
-// no closed form applies, Unknown sends the caller to exact row counting.
+// no closed form applies, Unknown sends the caller to exact row counting
+// (expr_classify_block_exact at the end). Everything here is SPATTN_HD: the
+// host builder (block_mask_build.cpp) and the device builder
+// (cuda/plan/device_mask_build.cu) classify with this same code.
 #pragma once
 
 #include <cstdint>
@@ -162,6 +165,49 @@ SPATTN_HD BlockClass expr_classify_block(const PatternExpr& e, int64_t h, const 
   if (empty) return BlockClass::Empty;
   if (partial == 0) return BlockClass::Full;
   return partial == 1 ? BlockClass::Partial : BlockClass::Unknown;
+}
+
+// Does row (i, p) allow some key of [j0, j1], and does it block some? Decided
+// from the terms' closed-form counts where bounds suffice (a union allows at
+// least the largest count and at most the sum; an intersection at least
+// sum - (n-1) * width and at most the smallest), else by the exact count.
+SPATTN_HD void expr_row_status(const PatternExpr& e, int64_t h, int64_t i, int64_t p, int64_t j0,
+                               int64_t j1, bool& some_allowed, bool& some_blocked) {
+  using pattern_math::max64;
+  using pattern_math::min64;
+  const int64_t width = j1 - j0 + 1;
+  int64_t low = 0, high = 0;
+  if (e.num_terms > 1) {
+    int64_t smallest = width, largest = 0, sum = 0;
+    for (int32_t n = 0; n < e.num_terms; ++n) {
+      const int64_t c = term_count_row(e.terms[n], h, i, p, j0, j1);
+      smallest = min64(smallest, c);
+      largest = max64(largest, c);
+      sum += c;
+    }
+    low = e.op == ExprOp::Or ? largest : max64(0, sum - (e.num_terms - 1) * width);
+    high = e.op == ExprOp::Or ? min64(sum, width) : smallest;
+  }
+  if (e.num_terms == 1 || (low == 0 && high > 0) || (low < width && high == width)) {
+    low = high = expr_count_row(e, h, i, p, j0, j1);
+  }
+  some_allowed |= low > 0;
+  some_blocked |= high < width;
+}
+
+// Exact class of the rectangle of query rows [i0, i1] (positions i + offset)
+// and keys [j0, j1]: the closed forms where they decide, else row by row
+// (stopping as soon as the block is known to be partial).
+SPATTN_HD BlockClass expr_classify_block_exact(const PatternExpr& e, int64_t h, int64_t i0, int64_t i1,
+                                               int64_t offset, int64_t j0, int64_t j1) {
+  const BlockClass quick = expr_classify_block(e, h, BlockRect{i0, i1, i0 + offset, i1 + offset, j0, j1});
+  if (quick != BlockClass::Unknown) return quick;
+  bool some_allowed = false, some_blocked = false;
+  for (int64_t i = i0; i <= i1; ++i) {
+    expr_row_status(e, h, i, i + offset, j0, j1, some_allowed, some_blocked);
+    if (some_allowed && some_blocked) return BlockClass::Partial;
+  }
+  return some_allowed ? BlockClass::Full : BlockClass::Empty;
 }
 
 }  // namespace spattn

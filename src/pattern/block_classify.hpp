@@ -73,6 +73,44 @@ SPATTN_HD BlockClass strided_diagonals(const BlockRect& r, int64_t l) {
   return first_multiple <= d_hi ? BlockClass::Partial : BlockClass::Empty;
 }
 
+// Keys grouped in columns of `width` keys (BigBird or custom cells, single
+// global tokens) that every row of the rectangle keeps or drops as a whole.
+// `kept` counts the kept columns among the rectangle's `columns`;
+// `kept_causal` those among them holding a key j <= p1 (when causal, the only
+// ones with allowed pairs).
+SPATTN_HD BlockClass kept_columns(const BlockRect& r, bool causal, int64_t columns, int64_t kept,
+                                  int64_t kept_causal) {
+  if (causal) {
+    if (kept_causal == 0) return BlockClass::Empty;
+    return kept == columns ? causal_prefix(r) : BlockClass::Partial;
+  }
+  if (kept == 0) return BlockClass::Empty;
+  return kept == columns ? BlockClass::Full : BlockClass::Partial;
+}
+
+// Rows that either allow every key (`kept_rows` of the rectangle's rows, e.g.
+// Longformer's global queries) or none; `kept_rows_causal` counts the kept
+// rows at positions p >= j0 (when causal, the only ones with allowed pairs).
+SPATTN_HD BlockClass kept_rows(const BlockRect& r, bool causal, int64_t kept, int64_t kept_causal) {
+  const int64_t rows = r.p1 - r.p0 + 1;
+  if (causal) {
+    if (kept_causal == 0) return BlockClass::Empty;
+    return kept == rows ? causal_prefix(r) : BlockClass::Partial;
+  }
+  if (kept == 0) return BlockClass::Empty;
+  return kept == rows ? BlockClass::Full : BlockClass::Partial;
+}
+
+// Class of the union of two predicates: full if either is, else the other one
+// when one is empty; two partial ones (or an unknown one) stay undecided.
+SPATTN_HD BlockClass union_of(BlockClass a, BlockClass b) {
+  if (a == BlockClass::Full || b == BlockClass::Full) return BlockClass::Full;
+  if (a == BlockClass::Unknown || b == BlockClass::Unknown) return BlockClass::Unknown;
+  if (a == BlockClass::Empty) return b;
+  if (b == BlockClass::Empty) return a;
+  return BlockClass::Unknown;
+}
+
 }  // namespace block_classify
 
 SPATTN_HD BlockClass term_classify_block(const PatternTerm& t, int64_t h, const BlockRect& r) {
@@ -121,26 +159,33 @@ SPATTN_HD BlockClass term_classify_block(const PatternTerm& t, int64_t h, const 
       return r.p0 == r.p1 && r.j0 == r.j1 ? BlockClass::Full : BlockClass::Partial;
     }
     case TermKind::Longformer: {
-      const int64_t g_rows = pattern_math::lower_bound(t.tokens, t.num_tokens, r.p1 + 1) -
-                             pattern_math::lower_bound(t.tokens, t.num_tokens, r.p0);
-      const int64_t g_keys = pattern_math::lower_bound(t.tokens, t.num_tokens, r.j1 + 1) -
-                             pattern_math::lower_bound(t.tokens, t.num_tokens, r.j0);
-      if (g_rows || g_keys) return BlockClass::Unknown;
-      return shifted_interval(r, -(t.a / 2), t.a / 2, causal);
+      // Union of the window, the global keys (whole columns) and the global
+      // queries (whole rows).
+      const BlockClass window = shifted_interval(r, -(t.a / 2), t.a / 2, causal);
+      const BlockClass keys = kept_columns(
+          r, causal, r.j1 - r.j0 + 1, longformer_global_count(t, r.j0, r.j1),
+          causal ? longformer_global_count(t, r.j0, min64(r.j1, r.p1)) : 0);
+      const BlockClass rows = kept_rows(r, causal, longformer_global_count(t, r.p0, r.p1),
+                                        causal ? longformer_global_count(t, max64(r.p0, r.j0), r.p1) : 0);
+      return union_of(window, union_of(keys, rows));
     }
     case TermKind::BigBird: {
-      // Within one (query block, key block) cell of BigBird's own grid.
-      const int64_t qb = floor_div(r.p0, t.a), kb = r.j0 / t.a;
-      if (floor_div(r.p1, t.a) != qb || r.j1 / t.a != kb) return BlockClass::Unknown;
-      if (!bigbird_blocks_connected(t, qb, kb)) return BlockClass::Empty;
-      return causal ? causal_prefix(r) : BlockClass::Full;
+      // Rows inside one query block of BigBird's grid; keys in any number of its columns.
+      const int64_t B = t.a, qb = floor_div(r.p0, B);
+      if (floor_div(r.p1, B) != qb) return BlockClass::Unknown;
+      const int64_t kb0 = r.j0 / B, kb1 = r.j1 / B, last_causal = min64(r.j1, r.p1);
+      const int64_t kept_causal =
+          causal && last_causal >= r.j0 ? bigbird_connected_count(t, qb, kb0, last_causal / B) : 0;
+      return kept_columns(r, causal, kb1 - kb0 + 1, bigbird_connected_count(t, qb, kb0, kb1), kept_causal);
     }
     case TermKind::Custom: {
-      // Within one cell of the custom grid (rows on i, keys on j).
-      const int64_t row = r.i0 / t.a, col = r.j0 / t.b;
-      if (r.i1 / t.a != row || r.j1 / t.b != col) return BlockClass::Unknown;
-      if (!custom_block_kept(t, h, row, col)) return BlockClass::Empty;
-      return causal ? causal_prefix(r) : BlockClass::Full;
+      // Rows inside one row of the custom grid (on i); keys in any number of its columns.
+      const int64_t row = r.i0 / t.a;
+      if (r.i1 / t.a != row) return BlockClass::Unknown;
+      const int64_t c0 = r.j0 / t.b, c1 = r.j1 / t.b, last_causal = min64(r.j1, r.p1);
+      const int64_t kept_causal =
+          causal && last_causal >= r.j0 ? custom_kept_count(t, h, row, c0, last_causal / t.b) : 0;
+      return kept_columns(r, causal, c1 - c0 + 1, custom_kept_count(t, h, row, c0, c1), kept_causal);
     }
   }
   return BlockClass::Unknown;

@@ -1,8 +1,8 @@
 // tests/cpp/test_device_mask_walk.cpp - the device mask builder's per-lane walk
 // (cuda/plan/device_mask_walk.hpp) run lane by lane on the host: concatenated
 // in lane order, the lanes' blocks must be BlockMask::build's arrays exactly,
-// for every pattern kind, composites, per-head mixes, odd shapes and block
-// sizes (the GPU suite checks the kernels themselves).
+// for every pattern kind, composites, per-head mixes, odd shapes, block sizes
+// and lane lengths (the GPU suite checks the kernels themselves).
 #include <gtest/gtest.h>
 
 #include <random>
@@ -16,13 +16,12 @@
 namespace spattn::testing {
 namespace {
 
-using cuda_detail::kLanes;
 using cuda_detail::RowGrid;
 
-void expect_walk_matches_build(const Case& c, const MaskShape& s) {
+void expect_walk_matches_build(const Case& c, const MaskShape& s, int64_t blocks_per_lane) {
   SCOPED_TRACE(c.name + ", Lq " + std::to_string(s.q_len) + " Lk " + std::to_string(s.k_len) + " blocks " +
                std::to_string(s.block_q) + "x" + std::to_string(s.block_k) + " heads " +
-               std::to_string(s.num_heads));
+               std::to_string(s.num_heads) + ", lanes of " + std::to_string(blocks_per_lane) + " blocks");
   const BlockMask host = BlockMask::build(c.pattern, s);
   RowGrid g;
   g.exprs = c.pattern.exprs().data();
@@ -36,11 +35,12 @@ void expect_walk_matches_build(const Case& c, const MaskShape& s) {
   g.block_q = s.block_q;
   g.block_k = s.block_k;
   g.offset = s.k_len - s.q_len;
+  cuda_detail::set_lanes(g, blocks_per_lane);
   std::vector<int64_t> row_offsets{0};
   std::vector<int32_t> indices;
   std::vector<uint8_t> full;
   for (int64_t row = 0; row < g.rows; ++row) {
-    for (int64_t lane = 0; lane < kLanes; ++lane)
+    for (int64_t lane = 0; lane < g.lanes_per_row; ++lane)
       cuda_detail::walk_lane(g, row, lane, [&](int64_t a, int64_t b, bool is_full) {
         for (int64_t kb = a; kb <= b; ++kb) {
           indices.push_back(static_cast<int32_t>(kb));
@@ -62,7 +62,7 @@ TEST(DeviceMaskWalk, EveryPatternKindOddShapes) {
     for (const auto& [bq, bk] : blocks)
       for (int kind = 0; kind < kNumLeafKinds; ++kind) {
         const MaskShape s{lq, lk, bq, bk, kind == 8 ? 3 : 2};
-        expect_walk_matches_build(random_leaf(rng, kind, lq, lk, s.num_heads), s);
+        expect_walk_matches_build(random_leaf(rng, kind, lq, lk, s.num_heads), s, draw(rng, 1, 40));
         if (HasFatalFailure()) return;
       }
 }
@@ -72,20 +72,34 @@ TEST(DeviceMaskWalk, CompositesAndPerHeadMixes) {
   for (int n = 0; n < 600; ++n) {
     const int64_t lq = draw(rng, 1, 700), lk = draw(rng, 0, 2) ? lq : draw(rng, 1, 700);
     const MaskShape s{lq, lk, draw(rng, 1, 80), draw(rng, 1, 80), 2 * draw(rng, 1, 2)};
-    expect_walk_matches_build(random_case(rng, lq, lk, s.num_heads), s);
+    expect_walk_matches_build(random_case(rng, lq, lk, s.num_heads), s, draw(rng, 1, 40));
     if (HasFatalFailure()) return;
   }
 }
 
-// Rows of many key blocks, so that every lane walks a long chunk.
+// Rows of many key blocks, walked in long lanes and in the builder's own.
 TEST(DeviceMaskWalk, LongRows) {
   const int64_t L = 65536 + 77;
   const Case cases[] = {causal_case(), streaming_case(128, 4096), strided_case(4096), fixed_case(4096, 128),
                         window_case(4096)};
   for (const Case& c : cases) {
-    expect_walk_matches_build(c, MaskShape{L, L, 128, 64, 1});
+    const MaskShape s{L, L, 128, 64, 1};
+    expect_walk_matches_build(c, s, 64);
+    expect_walk_matches_build(c, s, cuda_detail::kMinBlocksPerLane);
     if (HasFatalFailure()) return;
   }
+}
+
+TEST(DeviceMaskWalk, LaneLengthKeepsTheLaneCountBounded) {
+  RowGrid g;
+  g.rows = 1024;
+  g.num_k_blocks = 1024;  // L = 131072, block 128
+  EXPECT_EQ(cuda_detail::lane_blocks_for(g), cuda_detail::kMinBlocksPerLane);
+  g.rows = g.num_k_blocks = 8192;  // L = 1M
+  const int64_t blocks = cuda_detail::lane_blocks_for(g);
+  cuda_detail::set_lanes(g, blocks);
+  EXPECT_LE(g.rows * g.lanes_per_row, cuda_detail::kTargetLanes + g.rows);
+  EXPECT_GE(g.lanes_per_row * g.blocks_per_lane, g.num_k_blocks);
 }
 
 }  // namespace

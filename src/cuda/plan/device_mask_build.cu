@@ -1,13 +1,14 @@
 // cuda/plan/device_mask_build.cu - the kernels and host steps of the device
 // BlockMask builder (see device_mask_build.hpp).
 //
-// One warp per (mask head, query block) row, one lane per chunk of its key
-// blocks (the walk of device_mask_walk.hpp). The same walk runs twice: the
-// count pass stores each lane's number of kept blocks, an inclusive scan over
-// all (row, lane) counts gives every lane its first output slot, and the fill
-// pass writes the blocks there in key order, so the rows come out sorted
-// without any sort. Cost follows the boundaries of the pattern (O(log)
-// classifications per boundary), not the L x L grid.
+// One thread per lane: a chunk of key blocks of one (mask head, query block)
+// row (the walk of device_mask_walk.hpp). The same walk runs twice: the count
+// pass stores each lane's number of kept blocks, an inclusive scan over all
+// lanes' counts (rows after one another) gives every lane its first output
+// slot and every row its offset, and the fill pass writes the blocks there in
+// key order, so the rows come out sorted without any sort. Cost follows the
+// boundaries of the pattern (O(log) classifications per boundary and lane),
+// not the L x L grid; short lanes keep the longest serial walk short.
 #include <cub/device/device_scan.cuh>
 
 #include <limits>
@@ -21,22 +22,21 @@
 namespace spattn::cuda_detail {
 namespace {
 
-constexpr int kRowsPerCta = 4;  // warps per CTA
+constexpr int kThreadsPerCta = 128;
 
 using pattern_math::ceil_div;
 using pattern_math::min64;
 
-// Count pass (kWrite false): lane_counts[row * kLanes + lane] = kept blocks of
-// the lane's chunk. Fill pass (kWrite true): writes them from
-// lane_offsets[row * kLanes + lane] on, and the row offsets.
+// Count pass (kWrite false): lane_counts[slot] = kept blocks of the lane's
+// chunk, slot = row * lanes_per_row + lane. Fill pass (kWrite true): writes
+// them from lane_offsets[slot] on, and the row offsets.
 template <bool kWrite>
-__global__ void __launch_bounds__(kLanes * kRowsPerCta)
+__global__ void __launch_bounds__(kThreadsPerCta)
     walk_rows_kernel(RowGrid g, int64_t* lane_counts, const int64_t* lane_offsets, int64_t* row_offsets,
                      int32_t* kv_indices, uint8_t* kv_full) {
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerCta + threadIdx.x / kLanes;
-  const int64_t lane = threadIdx.x % kLanes;
-  if (row >= g.rows) return;
-  const int64_t slot = row * kLanes + lane;
+  const int64_t slot = static_cast<int64_t>(blockIdx.x) * kThreadsPerCta + threadIdx.x;
+  if (slot >= g.rows * g.lanes_per_row) return;
+  const int64_t row = slot / g.lanes_per_row, lane = slot % g.lanes_per_row;
   if constexpr (!kWrite) {
     int64_t count = 0;
     walk_lane(g, row, lane, [&](int64_t a, int64_t b, bool) { count += b - a + 1; });
@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(kLanes * kRowsPerCta)
       }
     });
     if (lane == 0) row_offsets[row] = lane_offsets[slot];
-    if (lane == 0 && row == g.rows - 1) row_offsets[g.rows] = lane_offsets[g.rows * kLanes];
+    if (slot == g.rows * g.lanes_per_row - 1) row_offsets[g.rows] = lane_offsets[slot + 1];
   }
 }
 
@@ -103,17 +103,19 @@ std::unique_ptr<DeviceMaskArrays> build_mask_on_device(const Pattern& pattern, c
   g.block_k = shape.block_k;
   g.offset = shape.k_len - shape.q_len;
   const int64_t mask_heads = plan_mask_heads(pattern, shape);
-  constexpr int64_t kMaxLaneSlots = std::numeric_limits<int32_t>::max() - 1;  // CUB item count
-  require(g.num_q_blocks <= kMaxLaneSlots / kLanes / mask_heads,
-          "device mask build: mask heads (", mask_heads, ") times query blocks (", g.num_q_blocks,
-          ") must be below 2^31 / ", kLanes, "; raise block_q (", shape.block_q, ")");
+  constexpr int64_t kMaxSlots = std::numeric_limits<int32_t>::max() - 1;  // CUB's item count
+  require(g.num_q_blocks <= kMaxSlots / mask_heads, "device mask build: mask heads (", mask_heads,
+          ") times query blocks (", g.num_q_blocks, ") must be below 2^31; raise block_q (", shape.block_q, ")");
   g.rows = mask_heads * g.num_q_blocks;
-  const int64_t slots = g.rows * kLanes;
+  set_lanes(g, lane_blocks_for(g));
+  require(g.rows <= kMaxSlots / g.lanes_per_row, "device mask build: ", g.rows, " rows of ", g.lanes_per_row,
+          " lanes each must be below 2^31 lanes; raise block_q (", shape.block_q, ")");
+  const int64_t slots = g.rows * g.lanes_per_row;
 
   auto out = std::make_unique<DeviceMaskArrays>();
   out->row_offsets_ = device_alloc<int64_t>(g.rows + 1, "cudaMalloc of the mask's row offsets");
 
-  // Scratch: lane counts, lane offsets (one more entry, the total), CUB's temp.
+  // Scratch: lane counts, lane offsets (one more entry: the total), CUB's temp.
   size_t scan_bytes = 0;
   check_cuda(cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, static_cast<const int64_t*>(nullptr),
                                            static_cast<int64_t*>(nullptr), static_cast<int>(slots), stream),
@@ -125,8 +127,8 @@ std::unique_ptr<DeviceMaskArrays> build_mask_on_device(const Pattern& pattern, c
   auto* lane_offsets = reinterpret_cast<int64_t*>(scratch.get() + counts_bytes);
   void* scan_temp = scratch.get() + counts_bytes + offsets_bytes;
 
-  const dim3 grid(static_cast<unsigned>(ceil_div(g.rows, kRowsPerCta)));
-  const dim3 block(kLanes * kRowsPerCta);
+  const dim3 grid(static_cast<unsigned>(ceil_div(slots, kThreadsPerCta)));
+  const dim3 block(kThreadsPerCta);
   walk_rows_kernel<false><<<grid, block, 0, stream>>>(g, lane_counts, nullptr, nullptr, nullptr, nullptr);
   check_launch("device mask build: count kernel");
   check_cuda(cudaMemsetAsync(lane_offsets, 0, sizeof(int64_t), stream), "cudaMemsetAsync");

@@ -2,13 +2,14 @@
 // builder (device_mask_build.cu), plain host/device C++ so that the CPU tests
 // can run it lane by lane too.
 //
-// Each (mask head, query block) row is cut into kLanes contiguous chunks of
-// key blocks, one per lane of a warp. A lane walks its chunk as the host
-// builder walks a candidate range: a range the closed forms call empty is
-// skipped, one they call full is kept whole, any other is halved, down to
-// single blocks classified exactly (closed form, else row by row), all with
-// the classification code of pattern/block_classify.hpp. Depth-first, left
-// half first, so the blocks come out in key order.
+// Each (mask head, query block) row is cut into lanes: contiguous chunks of
+// `blocks_per_lane` key blocks, one thread each (lanes_for_grid picks the
+// size). A lane walks its chunk as the host builder walks a candidate range:
+// a range the closed forms call empty is skipped, one they call full is kept
+// whole, any other is halved, down to single blocks classified exactly
+// (closed form, else row by row), all with the classification code of
+// pattern/block_classify.hpp. Depth-first, left half first, so the blocks
+// come out in key order, and the lanes of a row in lane order make the row.
 #pragma once
 
 #include <cstdint>
@@ -18,8 +19,14 @@
 
 namespace spattn::cuda_detail {
 
-constexpr int kLanes = 32;       // chunks per row: one warp
 constexpr int kStackDepth = 40;  // pending ranges of one lane; log2(2^31) + 2 suffice
+
+// Lanes are at least this long (shorter ones cost more in their own range
+// classification and scan slot than they save) ...
+constexpr int64_t kMinBlocksPerLane = 4;
+// ... and longer where needed to keep the lane count (the scan's length and
+// 16 bytes of scratch per lane) near this.
+constexpr int64_t kTargetLanes = int64_t{1} << 22;
 
 // Everything a lane needs to know about the grid of blocks.
 struct RowGrid {
@@ -30,7 +37,22 @@ struct RowGrid {
   int64_t num_q_blocks = 0, num_k_blocks = 0;
   int64_t q_len = 0, k_len = 0, block_q = 0, block_k = 0;
   int64_t offset = 0;  // k_len - q_len: the position of query row i is i + offset
+  int64_t blocks_per_lane = 1, lanes_per_row = 1;
 };
+
+// Cuts every row of `g` (rows and num_k_blocks set) into lanes of
+// `blocks_per_lane` key blocks.
+inline void set_lanes(RowGrid& g, int64_t blocks_per_lane) {
+  g.blocks_per_lane = blocks_per_lane;
+  g.lanes_per_row = pattern_math::ceil_div(g.num_k_blocks, blocks_per_lane);
+}
+
+// The lane length the builder uses for `g`: kMinBlocksPerLane, or longer so
+// that the lanes number about kTargetLanes at most.
+inline int64_t lane_blocks_for(const RowGrid& g) {
+  const int64_t for_target = pattern_math::ceil_div(g.rows * g.num_k_blocks, kTargetLanes);
+  return for_target > kMinBlocksPerLane ? for_target : kMinBlocksPerLane;
+}
 
 // Calls emit(kb_first, kb_last, full) for the kept blocks among key blocks
 // [first, last] of query rows [i0, i1] of mask head h, in key order.
@@ -70,16 +92,15 @@ SPATTN_HD void walk_chunk(const RowGrid& g, const PatternExpr& e, int64_t h, int
   }
 }
 
-// The walk of lane `lane` (0 .. kLanes-1) of row `row` (mask head * query
-// blocks + query block).
+// The walk of lane `lane` (0 .. lanes_per_row-1) of row `row` (mask head *
+// query blocks + query block).
 template <typename Emit>
 SPATTN_HD void walk_lane(const RowGrid& g, int64_t row, int64_t lane, Emit&& emit) {
   using pattern_math::min64;
   const int64_t h = row / g.num_q_blocks, qb = row % g.num_q_blocks;
   const PatternExpr& e = g.exprs[g.num_exprs == 1 ? 0 : h / (g.query_heads / g.num_exprs)];
   const int64_t i0 = qb * g.block_q, i1 = min64(g.q_len, i0 + g.block_q) - 1;
-  const int64_t per_lane = pattern_math::ceil_div(g.num_k_blocks, kLanes);
-  const int64_t first = lane * per_lane, last = min64(first + per_lane, g.num_k_blocks) - 1;
+  const int64_t first = lane * g.blocks_per_lane, last = min64(first + g.blocks_per_lane, g.num_k_blocks) - 1;
   walk_chunk(g, e, h, i0, i1, first, last, emit);
 }
 

@@ -3,8 +3,8 @@
 //
 // The cache object hangs off BlockMask::device_cache(); one process-wide mutex
 // guards the slot and the lookups (creation happens once per mask, device and
-// tile shape; lookups are a short scan). Pattern tables shared by several
-// terms or heads are copied once, keyed by their host address.
+// tile shape; lookups are a short scan). The pattern's expressions and tables
+// go through DeviceExprs; masks built on the device are adopted as they are.
 #include "cuda/plan/device_plan.hpp"
 
 #include <map>

@@ -7,8 +7,9 @@
 # to $OUT (default ./gpu_check_out): the JSON results and all logs packed in
 # logs.tgz.
 #
-#   scripts/gpu_check.sh [build] [test] [sanitize] [python] [bench] [seeds] [profile] [peers]
-#   (default: all but profile)
+#   scripts/gpu_check.sh [build] [test] [sanitize] [python] [bench] [seeds] [profile] [peers] [masks]
+#   (default: all but profile and masks; masks times mask plans built on the
+#   device against host build + upload, bench/mask_build_bench.cpp)
 #
 # Environment: BUILD (build dir, default build-gpu), CUDA_ARCHS (default 90),
 # CASES (benchmark cases of the bench stage, default all),
@@ -117,6 +118,11 @@ if want profile; then
     --section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis --section Occupancy \
     "$BUILD/bench/spattn_cuda_bench" --cases dense --seq 16384 --heads 16 --head-dim 128 --repeats 1
   grep -E "Stall|Throughput|Pipe|Issue|Occupancy|Registers" "$LOG/profile.log" | head -40
+fi
+
+if want masks; then
+  step "mask plans" mask_build.jsonl "$BUILD/bench/spattn_mask_build_bench" --seqs 131072,1048576
+  grep -v '^{' "$LOG/mask_build.jsonl"
 fi
 
 if want peers; then

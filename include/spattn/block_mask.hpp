@@ -20,6 +20,10 @@
 
 namespace spattn {
 
+namespace detail {
+struct BlockMaskAssembly;  // cuda_build_mask: plans built on the device, valid by construction
+}  // namespace detail
+
 struct BlockMaskView {
   int64_t q_len = 0, k_len = 0;
   int64_t block_q = 0, block_k = 0;
@@ -103,6 +107,7 @@ class BlockMask {
             std::vector<uint8_t> kv_full, std::shared_ptr<const Pattern> pattern);
   // Throws spattn::Error unless the arrays form a plan (sizes, ranges, order).
   void validate() const;
+  friend struct detail::BlockMaskAssembly;
 
   int64_t q_len_ = 0, k_len_ = 0, block_q_ = 0, block_k_ = 0, num_heads_ = 0;
   std::vector<int64_t> row_offsets_;

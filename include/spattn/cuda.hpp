@@ -32,6 +32,17 @@ bool cuda_is_device_pointer(const void* p);
 // device now (synchronously), so that later calls allocate and copy nothing.
 void cuda_prepare_mask(const BlockMask& mask);
 
+// Builds the plan of `pattern` for `shape` on the current device: the same
+// arrays as BlockMask::build, block for block, made by kernels (docs/cuda.md,
+// "Plans built on the device"). The returned mask already holds its device
+// copy, so cuda_attention uploads no mask arrays for it; its host arrays are a
+// copy of the device ones, so every other use of a BlockMask works too. Work
+// is queued on `stream`; the call waits twice, for the number of kept blocks
+// (to size the arrays) and for the copy back to the host, so it cannot be
+// captured in a CUDA graph. Every pattern is supported. Throws spattn::Error
+// naming the parameter, as BlockMask::build does.
+BlockMask cuda_build_mask(const Pattern& pattern, const MaskShape& shape, void* stream = nullptr);
+
 // The fused block-sparse kernel (validates like attention()).
 void cuda_attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                     const BlockMask& mask, double scale, const TensorView* lse = nullptr,

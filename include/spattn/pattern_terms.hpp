@@ -83,6 +83,9 @@ SPATTN_HD int64_t overlap(int64_t lo, int64_t hi, int64_t j0, int64_t j1) {
   return n > 0 ? n : 0;
 }
 
+// Size of the inclusive interval [lo, hi] (0 when empty).
+SPATTN_HD int64_t interval_size(int64_t lo, int64_t hi) { return hi >= lo ? hi - lo + 1 : 0; }
+
 // Number of j in [lo, hi] with j mod m == r (0 <= r < m).
 SPATTN_HD int64_t count_congruent(int64_t lo, int64_t hi, int64_t m, int64_t r) {
   if (hi < lo) return 0;
@@ -129,6 +132,38 @@ SPATTN_HD bool bigbird_blocks_connected(const PatternTerm& t, int64_t qb, int64_
   return false;
 }
 
+// How many key blocks of [kb0, kb1] (0 <= kb0 <= kb1 < n) does query block qb
+// see? The same rule as bigbird_blocks_connected, counted in closed form: the
+// union of the window and the two global column ranges, plus the row's random
+// blocks outside that union (each counted once).
+SPATTN_HD int64_t bigbird_connected_count(const PatternTerm& t, int64_t qb, int64_t kb0, int64_t kb1) {
+  using pattern_math::max64;
+  using pattern_math::min64;
+  using pattern_math::interval_size;
+  const int64_t n = t.table_rows, half = (t.b - 1) / 2, g = t.c;
+  const bool row_in_table = qb >= 0 && qb < n;
+  if (row_in_table && (qb < g || qb >= n - g)) return kb1 - kb0 + 1;
+  // Window [qb - half, qb + half], left globals [0, g - 1], right globals
+  // [n - g, n - 1], each clipped to [kb0, kb1] (compared so that a huge half
+  // cannot overflow).
+  const int64_t w_lo = qb - kb0 <= half ? kb0 : qb - half, w_hi = kb1 - qb <= half ? kb1 : qb + half;
+  const int64_t l_hi = min64(g - 1, kb1), r_lo = max64(n - g, kb0);
+  int64_t count = interval_size(w_lo, w_hi) + interval_size(kb0, l_hi) + interval_size(r_lo, kb1) -
+                  interval_size(max64(w_lo, kb0), min64(w_hi, l_hi)) -
+                  interval_size(max64(w_lo, r_lo), min64(w_hi, kb1)) - interval_size(r_lo, l_hi) +
+                  interval_size(max64(w_lo, r_lo), min64(w_hi, l_hi));
+  if (!row_in_table) return count;
+  const int32_t* row = t.indices + qb * t.table_width;
+  for (int64_t s = 0; s < t.table_width; ++s) {
+    const int64_t c = row[s];
+    if (c < kb0 || c > kb1 || pattern_math::abs64(qb - c) <= half || c < g || c >= n - g) continue;
+    bool repeated = false;
+    for (int64_t earlier = 0; earlier < s; ++earlier) repeated |= row[earlier] == c;
+    count += repeated ? 0 : 1;
+  }
+  return count;
+}
+
 // Is there a custom block (row, col) for mask head h?
 SPATTN_HD bool custom_block_kept(const PatternTerm& t, int64_t h, int64_t row, int64_t col) {
   const int64_t head = t.table_heads == 1 ? 0 : h;
@@ -136,6 +171,22 @@ SPATTN_HD bool custom_block_kept(const PatternTerm& t, int64_t h, int64_t row, i
   const int64_t begin = t.offsets[r], end = t.offsets[r + 1];
   const int64_t at = begin + pattern_math::lower_bound(t.indices + begin, end - begin, col);
   return at < end && t.indices[at] == col;
+}
+
+// How many custom blocks of columns [c0, c1] does row `row` of mask head h keep?
+SPATTN_HD int64_t custom_kept_count(const PatternTerm& t, int64_t h, int64_t row, int64_t c0, int64_t c1) {
+  const int64_t head = t.table_heads == 1 ? 0 : h;
+  const int64_t r = head * t.table_rows + row;
+  const int32_t* begin = t.indices + t.offsets[r];
+  const int64_t n = t.offsets[r + 1] - t.offsets[r];
+  return pattern_math::lower_bound(begin, n, c1 + 1) - pattern_math::lower_bound(begin, n, c0);
+}
+
+// Number of global tokens in [lo, hi].
+SPATTN_HD int64_t longformer_global_count(const PatternTerm& t, int64_t lo, int64_t hi) {
+  if (hi < lo) return 0;
+  return pattern_math::lower_bound(t.tokens, t.num_tokens, hi + 1) -
+         pattern_math::lower_bound(t.tokens, t.num_tokens, lo);
 }
 
 SPATTN_HD bool longformer_is_global(const PatternTerm& t, int64_t pos) {

@@ -8,7 +8,10 @@
 // p in [p0, p1] x j in [j0, j1] is full iff a(p1) <= j0 and b(p0) >= j1, and
 // empty iff j1 < a(p0) or j0 > b(p1). Diagonal terms (strided) depend only on
 // d = p - j, and every d in [p0 - j1, p1 - j0] occurs in the rectangle. Where
-// no closed form applies, Unknown sends the caller to exact row counting.
+// no closed form applies, Unknown sends the caller to exact row counting
+// (expr_classify_block_exact at the end). Everything here is SPATTN_HD: the
+// host builder (block_mask_build.cpp) and the device builder
+// (cuda/plan/device_mask_build.cu) classify with this same code.
 #pragma once
 
 #include <cstdint>
@@ -70,6 +73,44 @@ SPATTN_HD BlockClass strided_diagonals(const BlockRect& r, int64_t l) {
   return first_multiple <= d_hi ? BlockClass::Partial : BlockClass::Empty;
 }
 
+// Keys grouped in columns of `width` keys (BigBird or custom cells, single
+// global tokens) that every row of the rectangle keeps or drops as a whole.
+// `kept` counts the kept columns among the rectangle's `columns`;
+// `kept_causal` those among them holding a key j <= p1 (when causal, the only
+// ones with allowed pairs).
+SPATTN_HD BlockClass kept_columns(const BlockRect& r, bool causal, int64_t columns, int64_t kept,
+                                  int64_t kept_causal) {
+  if (causal) {
+    if (kept_causal == 0) return BlockClass::Empty;
+    return kept == columns ? causal_prefix(r) : BlockClass::Partial;
+  }
+  if (kept == 0) return BlockClass::Empty;
+  return kept == columns ? BlockClass::Full : BlockClass::Partial;
+}
+
+// Rows that either allow every key (`kept_rows` of the rectangle's rows, e.g.
+// Longformer's global queries) or none; `kept_rows_causal` counts the kept
+// rows at positions p >= j0 (when causal, the only ones with allowed pairs).
+SPATTN_HD BlockClass kept_rows(const BlockRect& r, bool causal, int64_t kept, int64_t kept_causal) {
+  const int64_t rows = r.p1 - r.p0 + 1;
+  if (causal) {
+    if (kept_causal == 0) return BlockClass::Empty;
+    return kept == rows ? causal_prefix(r) : BlockClass::Partial;
+  }
+  if (kept == 0) return BlockClass::Empty;
+  return kept == rows ? BlockClass::Full : BlockClass::Partial;
+}
+
+// Class of the union of two predicates: full if either is, else the other one
+// when one is empty; two partial ones (or an unknown one) stay undecided.
+SPATTN_HD BlockClass union_of(BlockClass a, BlockClass b) {
+  if (a == BlockClass::Full || b == BlockClass::Full) return BlockClass::Full;
+  if (a == BlockClass::Unknown || b == BlockClass::Unknown) return BlockClass::Unknown;
+  if (a == BlockClass::Empty) return b;
+  if (b == BlockClass::Empty) return a;
+  return BlockClass::Unknown;
+}
+
 }  // namespace block_classify
 
 SPATTN_HD BlockClass term_classify_block(const PatternTerm& t, int64_t h, const BlockRect& r) {
@@ -118,26 +159,33 @@ SPATTN_HD BlockClass term_classify_block(const PatternTerm& t, int64_t h, const 
       return r.p0 == r.p1 && r.j0 == r.j1 ? BlockClass::Full : BlockClass::Partial;
     }
     case TermKind::Longformer: {
-      const int64_t g_rows = pattern_math::lower_bound(t.tokens, t.num_tokens, r.p1 + 1) -
-                             pattern_math::lower_bound(t.tokens, t.num_tokens, r.p0);
-      const int64_t g_keys = pattern_math::lower_bound(t.tokens, t.num_tokens, r.j1 + 1) -
-                             pattern_math::lower_bound(t.tokens, t.num_tokens, r.j0);
-      if (g_rows || g_keys) return BlockClass::Unknown;
-      return shifted_interval(r, -(t.a / 2), t.a / 2, causal);
+      // Union of the window, the global keys (whole columns) and the global
+      // queries (whole rows).
+      const BlockClass window = shifted_interval(r, -(t.a / 2), t.a / 2, causal);
+      const BlockClass keys = kept_columns(
+          r, causal, r.j1 - r.j0 + 1, longformer_global_count(t, r.j0, r.j1),
+          causal ? longformer_global_count(t, r.j0, min64(r.j1, r.p1)) : 0);
+      const BlockClass rows = kept_rows(r, causal, longformer_global_count(t, r.p0, r.p1),
+                                        causal ? longformer_global_count(t, max64(r.p0, r.j0), r.p1) : 0);
+      return union_of(window, union_of(keys, rows));
     }
     case TermKind::BigBird: {
-      // Within one (query block, key block) cell of BigBird's own grid.
-      const int64_t qb = floor_div(r.p0, t.a), kb = r.j0 / t.a;
-      if (floor_div(r.p1, t.a) != qb || r.j1 / t.a != kb) return BlockClass::Unknown;
-      if (!bigbird_blocks_connected(t, qb, kb)) return BlockClass::Empty;
-      return causal ? causal_prefix(r) : BlockClass::Full;
+      // Rows inside one query block of BigBird's grid; keys in any number of its columns.
+      const int64_t B = t.a, qb = floor_div(r.p0, B);
+      if (floor_div(r.p1, B) != qb) return BlockClass::Unknown;
+      const int64_t kb0 = r.j0 / B, kb1 = r.j1 / B, last_causal = min64(r.j1, r.p1);
+      const int64_t kept_causal =
+          causal && last_causal >= r.j0 ? bigbird_connected_count(t, qb, kb0, last_causal / B) : 0;
+      return kept_columns(r, causal, kb1 - kb0 + 1, bigbird_connected_count(t, qb, kb0, kb1), kept_causal);
     }
     case TermKind::Custom: {
-      // Within one cell of the custom grid (rows on i, keys on j).
-      const int64_t row = r.i0 / t.a, col = r.j0 / t.b;
-      if (r.i1 / t.a != row || r.j1 / t.b != col) return BlockClass::Unknown;
-      if (!custom_block_kept(t, h, row, col)) return BlockClass::Empty;
-      return causal ? causal_prefix(r) : BlockClass::Full;
+      // Rows inside one row of the custom grid (on i); keys in any number of its columns.
+      const int64_t row = r.i0 / t.a;
+      if (r.i1 / t.a != row) return BlockClass::Unknown;
+      const int64_t c0 = r.j0 / t.b, c1 = r.j1 / t.b, last_causal = min64(r.j1, r.p1);
+      const int64_t kept_causal =
+          causal && last_causal >= r.j0 ? custom_kept_count(t, h, row, c0, last_causal / t.b) : 0;
+      return kept_columns(r, causal, c1 - c0 + 1, custom_kept_count(t, h, row, c0, c1), kept_causal);
     }
   }
   return BlockClass::Unknown;
@@ -162,6 +210,49 @@ SPATTN_HD BlockClass expr_classify_block(const PatternExpr& e, int64_t h, const 
   if (empty) return BlockClass::Empty;
   if (partial == 0) return BlockClass::Full;
   return partial == 1 ? BlockClass::Partial : BlockClass::Unknown;
+}
+
+// Does row (i, p) allow some key of [j0, j1], and does it block some? Decided
+// from the terms' closed-form counts where bounds suffice (a union allows at
+// least the largest count and at most the sum; an intersection at least
+// sum - (n-1) * width and at most the smallest), else by the exact count.
+SPATTN_HD void expr_row_status(const PatternExpr& e, int64_t h, int64_t i, int64_t p, int64_t j0,
+                               int64_t j1, bool& some_allowed, bool& some_blocked) {
+  using pattern_math::max64;
+  using pattern_math::min64;
+  const int64_t width = j1 - j0 + 1;
+  int64_t low = 0, high = 0;
+  if (e.num_terms > 1) {
+    int64_t smallest = width, largest = 0, sum = 0;
+    for (int32_t n = 0; n < e.num_terms; ++n) {
+      const int64_t c = term_count_row(e.terms[n], h, i, p, j0, j1);
+      smallest = min64(smallest, c);
+      largest = max64(largest, c);
+      sum += c;
+    }
+    low = e.op == ExprOp::Or ? largest : max64(0, sum - (e.num_terms - 1) * width);
+    high = e.op == ExprOp::Or ? min64(sum, width) : smallest;
+  }
+  if (e.num_terms == 1 || (low == 0 && high > 0) || (low < width && high == width)) {
+    low = high = expr_count_row(e, h, i, p, j0, j1);
+  }
+  some_allowed |= low > 0;
+  some_blocked |= high < width;
+}
+
+// Exact class of the rectangle of query rows [i0, i1] (positions i + offset)
+// and keys [j0, j1]: the closed forms where they decide, else row by row
+// (stopping as soon as the block is known to be partial).
+SPATTN_HD BlockClass expr_classify_block_exact(const PatternExpr& e, int64_t h, int64_t i0, int64_t i1,
+                                               int64_t offset, int64_t j0, int64_t j1) {
+  const BlockClass quick = expr_classify_block(e, h, BlockRect{i0, i1, i0 + offset, i1 + offset, j0, j1});
+  if (quick != BlockClass::Unknown) return quick;
+  bool some_allowed = false, some_blocked = false;
+  for (int64_t i = i0; i <= i1; ++i) {
+    expr_row_status(e, h, i, i + offset, j0, j1, some_allowed, some_blocked);
+    if (some_allowed && some_blocked) return BlockClass::Partial;
+  }
+  return some_allowed ? BlockClass::Full : BlockClass::Empty;
 }
 
 }  // namespace spattn

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "pattern/block_classify.hpp"
+#include "pattern/build_checks.hpp"
 #include "spattn/block_mask.hpp"
 #include "spattn/error.hpp"
 
@@ -148,45 +149,6 @@ void expr_key_intervals(const PatternExpr& e, int64_t h, int64_t i0, int64_t i1,
   out.swap(best);
 }
 
-// Does row (i, p) allow some key of [j0, j1], and does it block some? Decided
-// from the terms' closed-form counts where bounds suffice (a union allows at
-// least the largest count and at most the sum; an intersection at least
-// sum - (n-1) * width and at most the smallest), else by the exact count.
-void row_status(const PatternExpr& e, int64_t h, int64_t i, int64_t p, int64_t j0, int64_t j1,
-                bool& some_allowed, bool& some_blocked) {
-  const int64_t width = j1 - j0 + 1;
-  int64_t low = 0, high = 0;
-  if (e.num_terms > 1) {
-    int64_t smallest = width, largest = 0, sum = 0;
-    for (int32_t n = 0; n < e.num_terms; ++n) {
-      const int64_t c = term_count_row(e.terms[n], h, i, p, j0, j1);
-      smallest = std::min(smallest, c);
-      largest = std::max(largest, c);
-      sum += c;
-    }
-    low = e.op == ExprOp::Or ? largest : std::max<int64_t>(0, sum - (e.num_terms - 1) * width);
-    high = e.op == ExprOp::Or ? std::min(sum, width) : smallest;
-  }
-  if (e.num_terms == 1 || (low == 0 && high > 0) || (low < width && high == width)) {
-    low = high = expr_count_row(e, h, i, p, j0, j1);
-  }
-  some_allowed |= low > 0;
-  some_blocked |= high < width;
-}
-
-// Exact class of the rectangle: the closed forms where they decide, else row by row.
-BlockClass classify_block(const PatternExpr& e, int64_t h, int64_t i0, int64_t i1, int64_t offset,
-                          int64_t j0, int64_t j1) {
-  const BlockClass quick = expr_classify_block(e, h, BlockRect{i0, i1, i0 + offset, i1 + offset, j0, j1});
-  if (quick != BlockClass::Unknown) return quick;
-  bool some_allowed = false, some_blocked = false;
-  for (int64_t i = i0; i <= i1; ++i) {
-    row_status(e, h, i, i + offset, j0, j1, some_allowed, some_blocked);
-    if (some_allowed && some_blocked) return BlockClass::Partial;
-  }
-  return some_allowed ? BlockClass::Full : BlockClass::Empty;
-}
-
 // Appends the kept blocks of one (head, query block) row over a range of key
 // blocks, in order. A range whose whole rectangle the closed forms call full
 // (or empty) is full (or empty) block by block too, so it is written in one
@@ -207,7 +169,7 @@ struct RowEmitter {
   void emit(int64_t kb_first, int64_t kb_last) {
     const int64_t j0 = kb_first * block_k, j1 = std::min(k_len, (kb_last + 1) * block_k) - 1;
     if (kb_first == kb_last) {
-      const BlockClass c = classify_block(e, h, i0, i1, offset, j0, j1);
+      const BlockClass c = expr_classify_block_exact(e, h, i0, i1, offset, j0, j1);
       if (c != BlockClass::Empty) append(kb_first, kb_last, c == BlockClass::Full);
       return;
     }
@@ -236,7 +198,7 @@ struct RowEmitter {
 
 }  // namespace
 
-BlockMask BlockMask::build(const Pattern& pattern, const MaskShape& s) {
+void check_build_args(const Pattern& pattern, const MaskShape& s) {
   require(s.q_len > 0, "q_len must be > 0, got ", s.q_len);
   require(s.k_len > 0, "k_len must be > 0, got ", s.k_len);
   require(s.block_q > 0, "block_q must be > 0, got ", s.block_q);
@@ -253,11 +215,19 @@ BlockMask BlockMask::build(const Pattern& pattern, const MaskShape& s) {
       require(e.terms[n].kind != TermKind::Custom || e.terms[n].table_heads == 1 ||
                   e.terms[n].table_heads == s.num_heads,
               "the custom mask has ", e.terms[n].table_heads, " heads but num_heads=", s.num_heads);
-
-  const int64_t nqb = ceil_div(s.q_len, s.block_q), nkb = ceil_div(s.k_len, s.block_k);
+  const int64_t nkb = ceil_div(s.k_len, s.block_k);
   require(nkb <= std::numeric_limits<int32_t>::max(), "the number of key blocks must fit in 32 bits",
           ", got ", nkb, " (k_len=", s.k_len, ", block_k=", s.block_k, ")");
-  const int64_t mask_heads = pattern.head_dependent() ? s.num_heads : 1;
+}
+
+int64_t plan_mask_heads(const Pattern& pattern, const MaskShape& s) {
+  return pattern.head_dependent() ? s.num_heads : 1;
+}
+
+BlockMask BlockMask::build(const Pattern& pattern, const MaskShape& s) {
+  check_build_args(pattern, s);
+  const int64_t nqb = ceil_div(s.q_len, s.block_q);
+  const int64_t mask_heads = plan_mask_heads(pattern, s);
   const int64_t offset = s.k_len - s.q_len;
 
   // Walks every (mask head, query block) row over its candidate key blocks.

@@ -3,8 +3,8 @@
 //
 // The cache object hangs off BlockMask::device_cache(); one process-wide mutex
 // guards the slot and the lookups (creation happens once per mask, device and
-// tile shape; lookups are a short scan). Pattern tables shared by several
-// terms or heads are copied once, keyed by their host address.
+// tile shape; lookups are a short scan). The pattern's expressions and tables
+// go through DeviceExprs; masks built on the device are adopted as they are.
 #include "cuda/plan/device_plan.hpp"
 
 #include <map>
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/plan/device_exprs.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn::cuda_detail {
@@ -58,6 +59,8 @@ struct PerDevice {
   DeviceMaskView mask;
   std::vector<std::unique_ptr<TilePlanEntry>> tile_plans;
   std::map<const void*, const int32_t*> tables;  // device_table(), by host address
+  std::shared_ptr<const DeviceExprs> exprs;
+  std::shared_ptr<const void> adopted;  // arrays built on the device (adopt_device_mask)
 };
 
 struct MaskCache {
@@ -97,37 +100,6 @@ void require_not_capturing(cudaStream_t stream) {
           "call cuda_prepare_mask before the capture");
 }
 
-// The pattern's expressions with every table pointer moved to a device copy.
-const PatternExpr* upload_exprs(const Pattern& pattern, std::vector<std::unique_ptr<DeviceArray>>& arrays) {
-  std::map<const void*, const void*> copied;
-  auto table = [&](const auto* host, int64_t count) {
-    using T = std::remove_cv_t<std::remove_pointer_t<decltype(host)>>;
-    if (host == nullptr || count == 0) return static_cast<const T*>(nullptr);
-    auto found = copied.find(host);
-    if (found != copied.end()) return static_cast<const T*>(found->second);
-    const T* device = upload(arrays, host, count);
-    copied[host] = device;
-    return device;
-  };
-  std::vector<PatternExpr> exprs = pattern.exprs();
-  for (PatternExpr& e : exprs) {
-    for (int32_t n = 0; n < e.num_terms; ++n) {
-      PatternTerm& t = e.terms[n];
-      if (t.kind == TermKind::BigBird) {
-        t.indices = table(t.indices, t.table_rows * t.table_width);
-      } else if (t.kind == TermKind::Custom) {
-        const int64_t rows = t.table_heads * t.table_rows;
-        const int64_t nnz = t.offsets ? t.offsets[rows] : 0;
-        t.indices = table(t.indices, nnz);
-        t.offsets = table(t.offsets, rows + 1);
-      } else if (t.kind == TermKind::Longformer) {
-        t.tokens = table(t.tokens, t.num_tokens);
-      }
-    }
-  }
-  return upload(arrays, exprs);
-}
-
 PerDevice& per_device(const BlockMask& mask, cudaStream_t stream) {
   int device = 0;
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
@@ -144,8 +116,9 @@ PerDevice& per_device(const BlockMask& mask, cudaStream_t stream) {
   v.kv_full = upload(d->arrays, mask.kv_full());
   d->mask.blocks = v;
   if (mask.pattern()) {
-    d->mask.exprs = upload_exprs(*mask.pattern(), d->arrays);
-    d->mask.num_exprs = mask.pattern()->num_exprs();
+    d->exprs = std::make_shared<DeviceExprs>(*mask.pattern(), stream);
+    d->mask.exprs = d->exprs->exprs();
+    d->mask.num_exprs = d->exprs->num_exprs();
   }
   // Pageable copies may still be in flight; later kernels can run on any stream.
   check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize after the mask upload");
@@ -158,6 +131,26 @@ PerDevice& per_device(const BlockMask& mask, cudaStream_t stream) {
 DeviceMaskView device_mask(const BlockMask& mask, cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(cache_mutex());
   return per_device(mask, stream).mask;
+}
+
+void adopt_device_mask(const BlockMask& mask, const BlockMaskView& blocks,
+                       std::shared_ptr<const DeviceExprs> exprs, std::shared_ptr<const void> owner) {
+  std::lock_guard<std::mutex> lock(cache_mutex());
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  MaskCache& cache = mask_cache(mask);
+  for (auto& d : cache.devices)
+    require(d->device != device, "CUDA backend: the mask already has a copy on device ", device);
+  auto d = std::make_unique<PerDevice>();
+  d->device = device;
+  d->mask.blocks = blocks;
+  if (exprs) {
+    d->mask.exprs = exprs->exprs();
+    d->mask.num_exprs = exprs->num_exprs();
+  }
+  d->exprs = std::move(exprs);
+  d->adopted = std::move(owner);
+  cache.devices.push_back(std::move(d));
 }
 
 DeviceTilePlanView device_tile_plan(const BlockMask& mask, TileShape tile, cudaStream_t stream) {

@@ -6,7 +6,8 @@
 // in the mask's device_cache() slot and are freed with the last copy of the
 // mask. Later calls only look them up: no allocation, no copy, no host
 // synchronisation, so an attention call can be captured in a CUDA graph once
-// the plan exists (create it first with prepare, outside the capture).
+// the plan exists (create it first with prepare, outside the capture). A mask
+// built on the device (cuda_build_mask) is adopted instead of copied.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -14,6 +15,7 @@
 #include <memory>
 #include <vector>
 
+#include "cuda/plan/device_exprs.hpp"
 #include "cuda/plan/device_plan_view.hpp"
 #include "cuda/plan/dilated_split.hpp"
 #include "cuda/plan/tile_plan.hpp"
@@ -24,6 +26,12 @@ namespace spattn::cuda_detail {
 // The mask on the current device. Throws spattn::Error if it must be created
 // while `stream` is capturing a graph.
 DeviceMaskView device_mask(const BlockMask& mask, cudaStream_t stream);
+
+// Makes `blocks` (device pointers to `mask`'s arrays, built on the current
+// device) and `exprs` the mask's copy on this device; `owner` keeps the arrays
+// alive as long as the mask. The mask must have no copy there yet.
+void adopt_device_mask(const BlockMask& mask, const BlockMaskView& blocks,
+                       std::shared_ptr<const DeviceExprs> exprs, std::shared_ptr<const void> owner);
 
 // The tile plan of `tile` on the current device (same rules as device_mask).
 DeviceTilePlanView device_tile_plan(const BlockMask& mask, TileShape tile, cudaStream_t stream);

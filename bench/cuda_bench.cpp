@@ -3,7 +3,7 @@
 //
 //   spattn_cuda_bench --cases dense,causal,window,streaming,random,bigbird,dilated
 //                     --seq 32768 --heads 16 --head-dim 128 [--batch 1] [--dtype bf16]
-//                     [--block 128] [--kernel fused|naive] [--repeats 20] [--dump-dir DIR]
+//                     [--block 128] [--kernel fused|sm80|sm90|naive] [--repeats 20] [--dump-dir DIR]
 //
 // Cases (bottom-right aligned, Lq = Lk = seq): dense; causal; window = causal
 // sliding window of 4096 keys; streaming = 128 sinks + 4096 window; random =
@@ -14,6 +14,10 @@
 // block-diagonal 16. --dump-dir writes each block-level mask as
 // <case>_blocks.u8 (rows x cols bytes, 1 = kept) so the peer script can give
 // FlexAttention exactly the same blocks.
+//
+// --kernel: fused lets cuda_attention choose (SPATTN_CUDA_KERNEL, else the
+// Hopper kernel where it runs); sm80 and sm90 force one fused kernel; naive is
+// the one-thread-per-row baseline. The JSON names the kernel timed.
 //
 // Timing: CUDA events around each call after warm-up; the median is reported.
 // Effective TFLOP/s = 4 * kept_pairs * head_dim / time.
@@ -45,7 +49,7 @@ struct Options {
   std::vector<std::string> cases;
   int64_t seq = 32768, heads = 16, head_dim = 128, batch = 1, block = 128, repeats = 20;
   DType dtype = DType::BF16;
-  bool naive = false;
+  std::string kernel = "fused";
   std::string dump_dir;
 };
 
@@ -70,11 +74,13 @@ Options parse(int argc, char** argv) {
     else if (flag == "--block") o.block = std::stoll(value);
     else if (flag == "--repeats") o.repeats = std::stoll(value);
     else if (flag == "--dtype") o.dtype = parse_dtype(value, "--dtype");
-    else if (flag == "--kernel") o.naive = value == "naive";
+    else if (flag == "--kernel") o.kernel = value;
     else if (flag == "--dump-dir") o.dump_dir = value;
     else fail("unknown flag ", flag);
   }
   require(!o.cases.empty(), "--cases is required");
+  require(o.kernel == "fused" || o.kernel == "sm80" || o.kernel == "sm90" || o.kernel == "naive",
+          "--kernel must be fused, sm80, sm90 or naive, got '", o.kernel, "'");
   return o;
 }
 
@@ -129,6 +135,13 @@ class DeviceBuffer {
   void* ptr_ = nullptr;
 };
 
+// The kernel that ran: the naive baseline, or the fused kernel cuda_attention
+// chose (the sm90 kernel hands dilated splits to the sm80 one).
+const char* kernel_name(bool naive, bool sm90, const std::string& name) {
+  if (naive) return "naive";
+  return sm90 && name != "dilated" && name != "dilated-only" ? "sm90" : "sm80";
+}
+
 void run(const Options& o) {
   const int64_t B = o.batch, H = o.heads, L = o.seq, D = o.head_dim;
   const int64_t n = B * H * L * D;
@@ -142,6 +155,10 @@ void run(const Options& o) {
   const TensorView tv = make_bhld(v.get(), o.dtype, B, H, L, D), to = make_bhld(out.get(), o.dtype, B, H, L, D);
   const TensorView tl = make_lse(static_cast<float*>(lse.get()), B, H, L);
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  const bool naive = o.kernel == "naive";
+  if (o.kernel == "sm80") cuda_set_kernel(CudaKernel::Sm80);
+  if (o.kernel == "sm90") cuda_set_kernel(CudaKernel::Sm90);
+  const bool sm90 = !naive && cuda_kernel() != CudaKernel::Sm80 && cuda_sm90_kernel_available();
   cudaEvent_t start, stop;
   check(cudaEventCreate(&start), "cudaEventCreate");
   check(cudaEventCreate(&stop), "cudaEventCreate");
@@ -154,14 +171,14 @@ void run(const Options& o) {
     if (!o.dump_dir.empty()) dump_blocks(mask, o.dump_dir + "/" + name + "_blocks.u8");
     const int64_t kept = mask.kept_pairs(H) * B;
     auto call = [&] {
-      if (o.naive)
+      if (naive)
         cuda_naive_attention(tq, tk, tv, to, mask, scale, &tl);
       else
         cuda_attention(tq, tk, tv, to, mask, scale, &tl);
     };
     // The device plan (tile plan, dilated split, uploads): host work plus copies.
     const auto t1 = std::chrono::steady_clock::now();
-    if (!o.naive) cuda_prepare_mask(mask);
+    if (!naive) cuda_prepare_mask(mask);
     const double prepare_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();
     call();  // uploads the naive kernel's mask, loads the module
     check(cudaDeviceSynchronize(), "warm-up");
@@ -182,7 +199,7 @@ void run(const Options& o) {
         "{\"case\": \"%s\", \"kernel\": \"%s\", \"batch\": %lld, \"heads\": %lld, \"seq\": %lld, \"head_dim\": %lld, "
         "\"dtype\": \"%s\", \"block\": %lld, \"kept_pairs\": %lld, \"density\": %.6f, \"time_ms\": %.4f, "
         "\"min_ms\": %.4f, \"tflops\": %.2f, \"mask_build_ms\": %.2f, \"prepare_ms\": %.2f, \"blocks\": %lld, \"full_blocks\": %lld}\n",
-        name.c_str(), o.naive ? "naive" : "fused", static_cast<long long>(B), static_cast<long long>(H),
+        name.c_str(), kernel_name(naive, sm90, name), static_cast<long long>(B), static_cast<long long>(H),
         static_cast<long long>(L), static_cast<long long>(D), dtype_name(o.dtype), static_cast<long long>(o.block),
         static_cast<long long>(kept), mask.density(H), median_ms, times.front(), tflops, build_ms, prepare_ms,
         static_cast<long long>(mask.num_blocks()), static_cast<long long>(mask.num_full_blocks()));

@@ -18,16 +18,15 @@ namespace spattn::cuda_detail {
 
 constexpr float kLn2 = 0.6931471805599453f;
 
-// Online softmax over one tile: updates the running max m (log2 units of the
-// scaled score), rescales l and O, and turns s into P = exp2(s * scale_log2 - m).
-// O is rescaled only when some row of the warp has a new max: otherwise every
-// correction is exactly exp2(0) = 1 and the kMAtoms * kDAtoms * 4 multiplies
-// are skipped (exact; on its own no measurable change on dense D = 128).
+// Online softmax over one tile, scores only: updates the running max m (log2
+// units of the scaled score) and l, turns s into P = exp2(s * scale_log2 - m),
+// and leaves in `correction` the factor O must be scaled by. Returns whether
+// some row of the warp has a new max: otherwise every correction is exactly
+// exp2(0) = 1 and rescaling O can be skipped (exact).
 template <typename Tr>
-__device__ __forceinline__ void softmax_update(float (&s)[Tr::kMAtoms][Tr::kNAtoms][4],
-                                               float (&o)[Tr::kMAtoms][Tr::kDAtoms][4], float (&m)[Tr::kMAtoms][2],
-                                               float (&l)[Tr::kMAtoms][2], float scale_log2) {
-  float correction[Tr::kMAtoms][2];
+__device__ __forceinline__ bool softmax_scores(float (&s)[Tr::kMAtoms][Tr::kNAtoms][4], float (&m)[Tr::kMAtoms][2],
+                                               float (&l)[Tr::kMAtoms][2], float scale_log2,
+                                               float (&correction)[Tr::kMAtoms][2]) {
   bool max_moved = false;
 #pragma unroll
   for (int a = 0; a < Tr::kMAtoms; ++a) {
@@ -58,14 +57,30 @@ __device__ __forceinline__ void softmax_update(float (&s)[Tr::kMAtoms][Tr::kNAto
       l[a][half] = sum;
     }
   }
-  if (__any_sync(0xffffffffu, max_moved)) {
+  return __any_sync(0xffffffffu, max_moved);
+}
+
+// O *= correction, row by row.
+template <typename Tr>
+__device__ __forceinline__ void rescale_output(float (&o)[Tr::kMAtoms][Tr::kDAtoms][4],
+                                               const float (&correction)[Tr::kMAtoms][2]) {
 #pragma unroll
-    for (int a = 0; a < Tr::kMAtoms; ++a)
+  for (int a = 0; a < Tr::kMAtoms; ++a)
 #pragma unroll
-      for (int d = 0; d < Tr::kDAtoms; ++d)
+    for (int d = 0; d < Tr::kDAtoms; ++d)
 #pragma unroll
-        for (int c = 0; c < 4; ++c) o[a][d][c] *= correction[a][c >> 1];
-  }
+      for (int c = 0; c < 4; ++c) o[a][d][c] *= correction[a][c >> 1];
+}
+
+// Online softmax over one tile: softmax_scores, then O rescaled where a row's
+// max moved (on its own no measurable change on dense D = 128 in the sm80
+// kernel, but exact and free when nothing moved).
+template <typename Tr>
+__device__ __forceinline__ void softmax_update(float (&s)[Tr::kMAtoms][Tr::kNAtoms][4],
+                                               float (&o)[Tr::kMAtoms][Tr::kDAtoms][4], float (&m)[Tr::kMAtoms][2],
+                                               float (&l)[Tr::kMAtoms][2], float scale_log2) {
+  float correction[Tr::kMAtoms][2];
+  if (softmax_scores<Tr>(s, m, l, scale_log2, correction)) rescale_output<Tr>(o, correction);
 }
 
 // O / l to `out` (input type or fp32) and the LSE, rows below q_len only.

@@ -18,6 +18,8 @@
 //     wait V(n); O += P V(n)             (wgmma, P from registers, V read
 //                                         transposed from shared memory)
 //     free stage n
+//   with P(n-1) V(n-1) running on the tensor cores during the softmax of
+//   tile n (consume_unit).
 //   then O / l and the LSE (or a split row's partial result) are written.
 // Rows past q_len and keys past k_len arrive as zeros (TMA fills outside the
 // tensor); key bounds are masked in registers, rows past q_len never written.
@@ -133,9 +135,10 @@ __device__ __forceinline__ void produce(const FwdParams& p, const Sm90TensorMaps
   }
 }
 
-// s = Q(rows of this warpgroup) K^T over the whole head dim.
+// Issues s = Q(rows of this warpgroup) K^T over the whole head dim as one
+// wgmma group (not waited for).
 template <typename Tr>
-__device__ __forceinline__ void multiply_qk_sm90(float (&s)[1][Tr::kNAtoms][4], uint32_t sQ, uint32_t sK, int group) {
+__device__ __forceinline__ void issue_qk(float (&s)[1][Tr::kNAtoms][4], uint32_t sQ, uint32_t sK, int group) {
   using T = typename Tr::T;
   wgmma_fence_operands(s);
   wgmma_fence();
@@ -147,16 +150,13 @@ __device__ __forceinline__ void multiply_qk_sm90(float (&s)[1][Tr::kNAtoms][4], 
     wgmma_ss<T, Tr::kBlockN>(s, a, b, ks > 0);
   }
   wgmma_commit();
-  wgmma_wait<0>();
-  wgmma_fence_operands(s);
 }
 
-// o += P V: P is s (already exponentiated) rounded to T, V transposed from shared memory.
+// P (s, already exponentiated) rounded to T as the A fragments of the 16-key
+// steps of P V.
 template <typename Tr>
-__device__ __forceinline__ void multiply_pv_sm90(float (&o)[1][Tr::kDAtoms][4], const float (&s)[1][Tr::kNAtoms][4],
-                                                 uint32_t sV) {
+__device__ __forceinline__ void pack_p(const float (&s)[1][Tr::kNAtoms][4], uint32_t (&pa)[Tr::kBlockN / 16][4]) {
   using T = typename Tr::T;
-  uint32_t pa[Tr::kBlockN / 16][4];
 #pragma unroll
   for (int kk = 0; kk < Tr::kBlockN / 16; ++kk) {
     pa[kk][0] = pack2<T>(s[0][2 * kk][0], s[0][2 * kk][1]);
@@ -164,73 +164,124 @@ __device__ __forceinline__ void multiply_pv_sm90(float (&o)[1][Tr::kDAtoms][4], 
     pa[kk][2] = pack2<T>(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
     pa[kk][3] = pack2<T>(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
   }
+}
+
+// Issues o += P V as one wgmma group (not waited for): V read transposed from
+// shared memory, 16 keys (16 rows of 128 bytes) per step.
+template <typename Tr>
+__device__ __forceinline__ void issue_pv(float (&o)[1][Tr::kDAtoms][4], const uint32_t (&pa)[Tr::kBlockN / 16][4],
+                                         uint32_t sV) {
+  using T = typename Tr::T;
   wgmma_fence_operands(o);
   wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)  // 16 keys = 16 rows of 128 bytes per step
+  for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
     wgmma_rs<T, Tr::kHeadDim>(o, pa[kk], smem_descriptor(sV + kk * 16 * 128, Tr::kKVPanelBytes, 1024));
   wgmma_commit();
-  wgmma_wait<0>();
-  wgmma_fence_operands(o);
+}
+
+// Masks a tile's scores: nothing on full tiles, key bounds on a ragged last
+// tile, `keep` on partial tiles.
+template <typename Tr>
+__device__ __forceinline__ void mask_scores(float (&s)[1][Tr::kNAtoms][4], bool full, uint64_t keep, int64_t k0,
+                                            int64_t k_len, int lane) {
+  if (!full) apply_keep_bits<Tr>(s, keep);
+  if (full && k0 + Tr::kBlockN > k_len) mask_key_bounds<Tr>(s, k_len - k0, lane);
+}
+
+// One work unit of a consumer warpgroup. Per tile n the products are issued
+// as
+//   S(n) = Q K(n)^T; O += P(n-1) V(n-1); wait S(n); mask, softmax of S(n)
+//   (O untouched); wait P V; free stage n-1; O *= correction(n); P(n) = S(n)
+// so the softmax of tile n runs while P(n-1) V(n-1) is on the tensor cores;
+// the last P V follows the loop.
+template <typename Tr>
+__device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<Tr>& sm, const Sm90Work& w,
+                                             RingSlot<Tr::kStages>& slot, uint32_t& q_parity, int group, int warp,
+                                             int lane) {
+  const DeviceTilePlanView& plan = p.plan;
+  const int64_t tiles_per_block = plan.blocks.block_k / Tr::kBlockN;
+  const PatternExpr& expr = p.mask.exprs != nullptr ? *p.mask.expr_for_head(w.h, p.q_heads) : kNoPatternExpr;
+  float o[1][Tr::kDAtoms][4];
+  float m[1][2] = {{kNegInf, kNegInf}}, l[1][2] = {{0.0f, 0.0f}};
+#pragma unroll
+  for (int d = 0; d < Tr::kDAtoms; ++d)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) o[0][d][c] = 0.0f;
+
+  TileWalk walk = TileWalk::entries(w.item.begin, w.item.end);
+  if (walk.valid(plan, tiles_per_block)) {
+    // The tile at `walk`: its first key, whether it is full, its keep bits (on
+    // partial tiles; computed before S is live); `walk` then moves on.
+    int64_t k0 = 0;
+    bool full = true;
+    uint64_t keep = ~uint64_t{0};
+    bool has_tile = true;
+    const auto take_tile = [&] {
+      k0 = walk.key_tile(plan, tiles_per_block) * Tr::kBlockN;
+      full = walk.full(plan);
+      keep = full ? ~uint64_t{0} : partial_keep_bits<Tr>(p, expr, walk, w.h, w.q0, k0, warp, lane);
+      walk.advance(tiles_per_block);
+      has_tile = walk.valid(plan, tiles_per_block);
+    };
+    float s[1][Tr::kNAtoms][4];
+    uint32_t pa[Tr::kBlockN / 16][4];
+    mbarrier_wait(sm.q_full(), q_parity);
+    q_parity ^= 1u;
+
+    take_tile();
+    mbarrier_wait(sm.k_full(slot.stage), slot.parity);
+    issue_qk<Tr>(s, sm.q(), sm.k(slot.stage), group);
+    wgmma_wait<0>();
+    wgmma_fence_operands(s);
+    if (!has_tile) mbarrier_arrive(sm.q_free());  // this unit's last read of Q is done
+    mask_scores<Tr>(s, full, keep, k0, p.k_len, lane);
+    softmax_update<Tr>(s, o, m, l, p.scale_log2);
+    pack_p<Tr>(s, pa);
+    RingSlot<Tr::kStages> previous = slot;
+    slot.advance();
+
+    while (has_tile) {
+      take_tile();
+      mbarrier_wait(sm.k_full(slot.stage), slot.parity);
+      issue_qk<Tr>(s, sm.q(), sm.k(slot.stage), group);
+      mbarrier_wait(sm.v_full(previous.stage), previous.parity);
+      issue_pv<Tr>(o, pa, sm.v(previous.stage));
+      wgmma_wait<1>();  // S(n) done; P(n-1) V(n-1) may still run
+      wgmma_fence_operands(s);
+      if (!has_tile) mbarrier_arrive(sm.q_free());
+      mask_scores<Tr>(s, full, keep, k0, p.k_len, lane);
+      float correction[1][2];
+      const bool max_moved = softmax_scores<Tr>(s, m, l, p.scale_log2, correction);
+      wgmma_wait<0>();
+      wgmma_fence_operands(o);
+      mbarrier_arrive(sm.kv_free(previous.stage));
+      if (max_moved) rescale_output<Tr>(o, correction);
+      pack_p<Tr>(s, pa);
+      previous = slot;
+      slot.advance();
+    }
+    mbarrier_wait(sm.v_full(previous.stage), previous.parity);
+    issue_pv<Tr>(o, pa, sm.v(previous.stage));
+    wgmma_wait<0>();
+    wgmma_fence_operands(o);
+    mbarrier_arrive(sm.kv_free(previous.stage));
+  }
+  const int64_t copies = p.batch * (p.q_heads / plan.blocks.num_heads);
+  if (w.item.slot < 0)
+    write_output<Tr>(p, o, m, l, w.b, w.h, w.q0, warp, lane);
+  else
+    write_partial<Tr>(p, o, m, l, (w.item.slot * copies + w.copy) * Tr::kBlockM, warp, lane);
 }
 
 template <typename Tr>
 __device__ __forceinline__ void consume(const FwdParams& p, const Sm90Smem<Tr>& sm, int64_t units) {
-  const DeviceTilePlanView& plan = p.plan;
-  const int64_t tiles_per_block = plan.blocks.block_k / Tr::kBlockN;
   const int consumer_thread = static_cast<int>(threadIdx.x) - 128;
   const int group = consumer_thread / 128, warp = consumer_thread / 32, lane = consumer_thread % 32;
   RingSlot<Tr::kStages> slot;
   uint32_t q_parity = 0;
-
-  float s[1][Tr::kNAtoms][4];
-#pragma unroll
-  for (int n = 0; n < Tr::kNAtoms; ++n)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) s[0][n][c] = 0.0f;
-
-  for (int64_t unit = blockIdx.x; unit < units; unit += gridDim.x) {
-    const Sm90Work w = Sm90Work::at(p, unit, Tr::kBlockM);
-    const PatternExpr& expr = p.mask.exprs != nullptr ? *p.mask.expr_for_head(w.h, p.q_heads) : kNoPatternExpr;
-    float o[1][Tr::kDAtoms][4];
-    float m[1][2] = {{kNegInf, kNegInf}}, l[1][2] = {{0.0f, 0.0f}};
-#pragma unroll
-    for (int d = 0; d < Tr::kDAtoms; ++d)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) o[0][d][c] = 0.0f;
-
-    TileWalk walk = TileWalk::entries(w.item.begin, w.item.end);
-    bool has_tile = walk.valid(plan, tiles_per_block);
-    if (has_tile) {
-      mbarrier_wait(sm.q_full(), q_parity);
-      q_parity ^= 1u;
-    }
-    while (has_tile) {
-      const int64_t k0 = walk.key_tile(plan, tiles_per_block) * Tr::kBlockN;
-      const bool full = walk.full(plan);
-      const uint64_t keep = full ? ~uint64_t{0} : partial_keep_bits<Tr>(p, expr, walk, w.h, w.q0, k0, warp, lane);
-      TileWalk next = walk;
-      next.advance(tiles_per_block);
-      has_tile = next.valid(plan, tiles_per_block);
-
-      mbarrier_wait(sm.k_full(slot.stage), slot.parity);
-      multiply_qk_sm90<Tr>(s, sm.q(), sm.k(slot.stage), group);
-      if (!has_tile) mbarrier_arrive(sm.q_free());  // this unit's last read of Q is done
-      if (!full) apply_keep_bits<Tr>(s, keep);
-      if (full && k0 + Tr::kBlockN > p.k_len) mask_key_bounds<Tr>(s, p.k_len - k0, lane);
-      softmax_update<Tr>(s, o, m, l, p.scale_log2);
-
-      mbarrier_wait(sm.v_full(slot.stage), slot.parity);
-      multiply_pv_sm90<Tr>(o, s, sm.v(slot.stage));
-      mbarrier_arrive(sm.kv_free(slot.stage));
-      slot.advance();
-      walk = next;
-    }
-    if (w.item.slot < 0)
-      write_output<Tr>(p, o, m, l, w.b, w.h, w.q0, warp, lane);
-    else
-      write_partial<Tr>(p, o, m, l, (w.item.slot * (units / plan.num_items) + w.copy) * Tr::kBlockM, warp, lane);
-  }
+  for (int64_t unit = blockIdx.x; unit < units; unit += gridDim.x)
+    consume_unit<Tr>(p, sm, Sm90Work::at(p, unit, Tr::kBlockM), slot, q_parity, group, warp, lane);
 }
 
 template <typename Tr>

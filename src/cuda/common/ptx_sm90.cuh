@@ -1,6 +1,7 @@
 // cuda/common/ptx_sm90.cuh - the sm90 (Hopper) instructions of the Hopper
 // forward kernel, as thin inline-PTX wrappers written from the PTX ISA:
-// mbarriers (init, arrive, expect-tx, parity wait), tensor-memory-accelerator
+// mbarriers (init, arrive, expect-tx, parity wait), named barriers,
+// tensor-memory-accelerator
 // tile copies (cp.async.bulk.tensor, completing on an mbarrier), warpgroup
 // matrix products (wgmma.mma_async, sm_90a) with their shared-memory matrix
 // descriptors and fences, and register reallocation (setmaxnreg, sm_90a).
@@ -60,6 +61,19 @@ __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
         : "r"(bar), "r"(parity)
         : "memory");
   } while (!done);
+}
+
+// ---- named barriers ----
+
+// Waits at barrier `id` until `threads` threads (this warp's included) have
+// arrived or synced there.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Arrives at barrier `id` (counting towards `threads`) without waiting.
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 // ---- tensor-memory-accelerator copies ----

@@ -78,8 +78,11 @@ struct Sm90Smem {
   __device__ __forceinline__ uint32_t v_full(int stage) const {
     return base + Tr::kBarrierOffset + 16 + 8 * (Tr::kStages + stage);
   }
-  __device__ __forceinline__ uint32_t kv_free(int stage) const {
+  __device__ __forceinline__ uint32_t k_free(int stage) const {
     return base + Tr::kBarrierOffset + 16 + 8 * (2 * Tr::kStages + stage);
+  }
+  __device__ __forceinline__ uint32_t v_free(int stage) const {
+    return base + Tr::kBarrierOffset + 16 + 8 * (3 * Tr::kStages + stage);
   }
 };
 
@@ -124,9 +127,10 @@ __device__ __forceinline__ void produce(const FwdParams& p, const Sm90TensorMaps
     tma_load_tile<Tr>(sm.q(), Tr::kQPanelBytes, maps.q, sm.q_full(), w.q0, w.h, w.b);
     do {
       const int64_t k0 = walk.key_tile(plan, tiles_per_block) * Tr::kBlockN;
-      mbarrier_wait(sm.kv_free(slot.stage), slot.parity ^ 1u);
+      mbarrier_wait(sm.k_free(slot.stage), slot.parity ^ 1u);
       mbarrier_arrive_expect_tx(sm.k_full(slot.stage), Tr::kKVBytes);
       tma_load_tile<Tr>(sm.k(slot.stage), Tr::kKVPanelBytes, maps.k, sm.k_full(slot.stage), k0, w.kv_head, w.b);
+      mbarrier_wait(sm.v_free(slot.stage), slot.parity ^ 1u);
       mbarrier_arrive_expect_tx(sm.v_full(slot.stage), Tr::kKVBytes);
       tma_load_tile<Tr>(sm.v(slot.stage), Tr::kKVPanelBytes, maps.v, sm.v_full(slot.stage), k0, w.kv_head, w.b);
       slot.advance();
@@ -134,6 +138,32 @@ __device__ __forceinline__ void produce(const FwdParams& p, const Sm90TensorMaps
     } while (walk.valid(plan, tiles_per_block));
   }
 }
+
+// The order in which the two consumer warpgroups issue their products: in
+// turns (group 0, group 1, group 0, ...), so that one warpgroup's softmax runs
+// while the other's products occupy the tensor cores (ping-pong). Each
+// group waits on its own named barrier, which the other group's pass_turn
+// (and, once, group 1's start) completes; both groups issue the same number
+// of times, since they walk the same tiles.
+struct IssueOrder {
+  int group;
+  __device__ __forceinline__ void start() const {
+#if !defined(SPATTN_SM90_NO_PINGPONG)
+    if (group == 1) named_barrier_arrive(kFirstBarrier, 256);
+#endif
+  }
+  __device__ __forceinline__ void wait_turn() const {
+#if !defined(SPATTN_SM90_NO_PINGPONG)
+    named_barrier_sync(kFirstBarrier + group, 256);
+#endif
+  }
+  __device__ __forceinline__ void pass_turn() const {
+#if !defined(SPATTN_SM90_NO_PINGPONG)
+    named_barrier_arrive(kFirstBarrier + 1 - group, 256);
+#endif
+  }
+  static constexpr int kFirstBarrier = 1;  // barrier 0 is __syncthreads
+};
 
 // Issues s = Q(rows of this warpgroup) K^T over the whole head dim as one
 // wgmma group (not waited for).
@@ -197,8 +227,8 @@ __device__ __forceinline__ void mask_scores(float (&s)[1][Tr::kNAtoms][4], bool 
 // the last P V follows the loop.
 template <typename Tr>
 __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<Tr>& sm, const Sm90Work& w,
-                                             RingSlot<Tr::kStages>& slot, uint32_t& q_parity, int group, int warp,
-                                             int lane) {
+                                             RingSlot<Tr::kStages>& slot, uint32_t& q_parity,
+                                             const IssueOrder& schedule, int group, int warp, int lane) {
   const DeviceTilePlanView& plan = p.plan;
   const int64_t tiles_per_block = plan.blocks.block_k / Tr::kBlockN;
   const PatternExpr& expr = p.mask.exprs != nullptr ? *p.mask.expr_for_head(w.h, p.q_heads) : kNoPatternExpr;
@@ -231,9 +261,12 @@ __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<
 
     take_tile();
     mbarrier_wait(sm.k_full(slot.stage), slot.parity);
+    schedule.wait_turn();
     issue_qk<Tr>(s, sm.q(), sm.k(slot.stage), group);
+    schedule.pass_turn();
     wgmma_wait<0>();
     wgmma_fence_operands(s);
+    mbarrier_arrive(sm.k_free(slot.stage));
     if (!has_tile) mbarrier_arrive(sm.q_free());  // this unit's last read of Q is done
     mask_scores<Tr>(s, full, keep, k0, p.k_len, lane);
     softmax_update<Tr>(s, o, m, l, p.scale_log2);
@@ -244,28 +277,33 @@ __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<
     while (has_tile) {
       take_tile();
       mbarrier_wait(sm.k_full(slot.stage), slot.parity);
-      issue_qk<Tr>(s, sm.q(), sm.k(slot.stage), group);
       mbarrier_wait(sm.v_full(previous.stage), previous.parity);
+      schedule.wait_turn();
+      issue_qk<Tr>(s, sm.q(), sm.k(slot.stage), group);
       issue_pv<Tr>(o, pa, sm.v(previous.stage));
+      schedule.pass_turn();
       wgmma_wait<1>();  // S(n) done; P(n-1) V(n-1) may still run
       wgmma_fence_operands(s);
+      mbarrier_arrive(sm.k_free(slot.stage));
       if (!has_tile) mbarrier_arrive(sm.q_free());
       mask_scores<Tr>(s, full, keep, k0, p.k_len, lane);
       float correction[1][2];
       const bool max_moved = softmax_scores<Tr>(s, m, l, p.scale_log2, correction);
       wgmma_wait<0>();
       wgmma_fence_operands(o);
-      mbarrier_arrive(sm.kv_free(previous.stage));
+      mbarrier_arrive(sm.v_free(previous.stage));
       if (max_moved) rescale_output<Tr>(o, correction);
       pack_p<Tr>(s, pa);
       previous = slot;
       slot.advance();
     }
     mbarrier_wait(sm.v_full(previous.stage), previous.parity);
+    schedule.wait_turn();
     issue_pv<Tr>(o, pa, sm.v(previous.stage));
+    schedule.pass_turn();
     wgmma_wait<0>();
     wgmma_fence_operands(o);
-    mbarrier_arrive(sm.kv_free(previous.stage));
+    mbarrier_arrive(sm.v_free(previous.stage));
   }
   const int64_t copies = p.batch * (p.q_heads / plan.blocks.num_heads);
   if (w.item.slot < 0)
@@ -280,8 +318,10 @@ __device__ __forceinline__ void consume(const FwdParams& p, const Sm90Smem<Tr>& 
   const int group = consumer_thread / 128, warp = consumer_thread / 32, lane = consumer_thread % 32;
   RingSlot<Tr::kStages> slot;
   uint32_t q_parity = 0;
+  const IssueOrder schedule{group};
+  schedule.start();
   for (int64_t unit = blockIdx.x; unit < units; unit += gridDim.x)
-    consume_unit<Tr>(p, sm, Sm90Work::at(p, unit, Tr::kBlockM), slot, q_parity, group, warp, lane);
+    consume_unit<Tr>(p, sm, Sm90Work::at(p, unit, Tr::kBlockM), slot, q_parity, schedule, group, warp, lane);
 }
 
 template <typename Tr>
@@ -297,7 +337,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     for (int stage = 0; stage < Tr::kStages; ++stage) {
       mbarrier_init(sm.k_full(stage), 1);
       mbarrier_init(sm.v_full(stage), 1);
-      mbarrier_init(sm.kv_free(stage), Tr::kConsumerThreads);
+      mbarrier_init(sm.k_free(stage), Tr::kConsumerThreads);
+      mbarrier_init(sm.v_free(stage), Tr::kConsumerThreads);
     }
     mbarrier_init_fence();
   }

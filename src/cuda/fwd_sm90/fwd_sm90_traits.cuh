@@ -12,7 +12,7 @@
 // 128-byte swizzle (what the TMA writes and wgmma reads; ptx_sm90.cuh):
 //   Q            kPanels x (128 rows x 128 B)
 //   K, V stage s kPanels x (128 keys x 128 B) each, kStages stages
-//   mbarriers    Q full / Q free, and per stage K full, V full, K/V free
+//   mbarriers    Q full / Q free, and per stage K full, V full, K free, V free
 #pragma once
 
 #include <cstdint>
@@ -33,7 +33,7 @@ struct Sm90Traits {
   static constexpr int kWarpRows = 16;
   static constexpr int kNAtoms = kBlockN / 8;
   static constexpr int kDAtoms = kHeadDim / 8;
-  static constexpr int kStages = kHeadDim <= 64 ? 4 : 2;
+  static constexpr int kStages = kHeadDim <= 64 ? 5 : 3;
   // Registers per thread after setmaxnreg: 128 x 24 + 256 x 240 <= 65536.
   static constexpr int kProducerRegisters = 24;
   static constexpr int kConsumerRegisters = 240;
@@ -47,7 +47,7 @@ struct Sm90Traits {
   static constexpr uint32_t kKOffset = kQBytes;
   static constexpr uint32_t kVOffset = kKOffset + kStages * kKVBytes;
   static constexpr uint32_t kBarrierOffset = kVOffset + kStages * kKVBytes;
-  static constexpr int kBarriers = 2 + 3 * kStages;
+  static constexpr int kBarriers = 2 + 4 * kStages;
   // 1024 bytes of slack: the dynamic shared memory is aligned to 1024 by hand.
   static constexpr int kSmemBytes = static_cast<int>(kBarrierOffset) + kBarriers * 8 + 1024;
 

@@ -148,19 +148,13 @@ __device__ __forceinline__ void produce(const FwdParams& p, const Sm90TensorMaps
 struct IssueOrder {
   int group;
   __device__ __forceinline__ void start() const {
-#if !defined(SPATTN_SM90_NO_PINGPONG)
     if (group == 1) named_barrier_arrive(kFirstBarrier, 256);
-#endif
   }
   __device__ __forceinline__ void wait_turn() const {
-#if !defined(SPATTN_SM90_NO_PINGPONG)
     named_barrier_sync(kFirstBarrier + group, 256);
-#endif
   }
   __device__ __forceinline__ void pass_turn() const {
-#if !defined(SPATTN_SM90_NO_PINGPONG)
     named_barrier_arrive(kFirstBarrier + 1 - group, 256);
-#endif
   }
   static constexpr int kFirstBarrier = 1;  // barrier 0 is __syncthreads
 };

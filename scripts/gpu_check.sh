@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # scripts/gpu_check.sh - the CUDA backend's whole check on a GPU machine, in
 # one go: configure and build (library, GPU tests, benchmark driver), run the
-# GPU test suite (ctest -L gpu), compute-sanitizer memcheck and racecheck on
-# small problems, the Python package's tests (pytest, marker gpu included),
-# then the benchmarks (our kernel alone, then next to its peers). Results go
+# GPU test suite (ctest -L gpu, the library choosing the kernel; then the
+# attention suite with the sm80 kernel forced), compute-sanitizer memcheck and
+# racecheck on small problems (plus synccheck on the sm90 kernel), the Python
+# package's tests (pytest, marker gpu included), then the benchmarks (both
+# fused kernels alone, then next to their peers). Results go
 # to $OUT (default ./gpu_check_out): the JSON results and all logs packed in
 # logs.tgz.
 #

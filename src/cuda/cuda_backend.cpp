@@ -159,7 +159,8 @@ void run_fused(cuda_detail::FwdParams p, DType dtype, bool sm90, cudaStream_t s)
   };
   if (p.plan.num_split_rows == 0) return run();
   const int64_t rows = sm90 ? cuda_detail::kSm90Tile.rows : cuda_detail::kSm80Tile.rows;
-  const int64_t o_floats = cuda_detail::partial_o_floats(p, rows), lse_floats = cuda_detail::partial_lse_floats(p, rows);
+  const int64_t o_floats = cuda_detail::partial_o_floats(p, rows);
+  const int64_t lse_floats = cuda_detail::partial_lse_floats(p, rows);
   ScopedScratch scratch(static_cast<size_t>(o_floats + lse_floats) * sizeof(float), s);
   p.partial_o = static_cast<float*>(scratch.get());
   p.partial_lse = p.partial_o + o_floats;

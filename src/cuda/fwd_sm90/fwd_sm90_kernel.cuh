@@ -233,53 +233,63 @@ __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<
 #pragma unroll
     for (int c = 0; c < 4; ++c) o[0][d][c] = 0.0f;
 
-  TileWalk walk = TileWalk::entries(w.item.begin, w.item.end);
-  if (walk.valid(plan, tiles_per_block)) {
-    // The tile at `walk`: its first key, whether it is full, its keep bits (on
-    // partial tiles; computed before S is live); `walk` then moves on.
-    int64_t k0 = 0;
-    bool full = true;
-    uint64_t keep = ~uint64_t{0};
-    bool has_tile = true;
-    const auto take_tile = [&] {
-      k0 = walk.key_tile(plan, tiles_per_block) * Tr::kBlockN;
-      full = walk.full(plan);
-      keep = full ? ~uint64_t{0} : partial_keep_bits<Tr>(p, expr, walk, w.h, w.q0, k0, warp, lane);
-      walk.advance(tiles_per_block);
-      has_tile = walk.valid(plan, tiles_per_block);
+  TileWalk tile = TileWalk::entries(w.item.begin, w.item.end);
+  if (tile.valid(plan, tiles_per_block)) {
+    // The current tile (`tile`, its first key, whether it is full) and the
+    // next one, whose plan entries are read while the current tile's products
+    // run, so that no global-memory latency sits between two issues.
+    int64_t k0 = tile.key_tile(plan, tiles_per_block) * Tr::kBlockN;
+    bool full = tile.full(plan);
+    TileWalk next = tile;
+    bool has_next = false, next_full = true;
+    int64_t next_k0 = 0;
+    const auto read_next = [&] {
+      next = tile;
+      next.advance(tiles_per_block);
+      has_next = next.valid(plan, tiles_per_block);
+      if (has_next) {
+        next_k0 = next.key_tile(plan, tiles_per_block) * Tr::kBlockN;
+        next_full = next.full(plan);
+      }
     };
+    // Keep bits of a partial tile, computed before S is live.
+    uint64_t keep = full ? ~uint64_t{0} : partial_keep_bits<Tr>(p, expr, tile, w.h, w.q0, k0, warp, lane);
     float s[1][Tr::kNAtoms][4];
     uint32_t pa[Tr::kBlockN / 16][4];
     mbarrier_wait(sm.q_full(), q_parity);
     q_parity ^= 1u;
 
-    take_tile();
     mbarrier_wait(sm.k_full(slot.stage), slot.parity);
     schedule.wait_turn();
     issue_qk<Tr>(s, sm.q(), sm.k(slot.stage), group);
     schedule.pass_turn();
+    read_next();
     wgmma_wait<0>();
     wgmma_fence_operands(s);
     mbarrier_arrive(sm.k_free(slot.stage));
-    if (!has_tile) mbarrier_arrive(sm.q_free());  // this unit's last read of Q is done
+    if (!has_next) mbarrier_arrive(sm.q_free());  // this unit's last read of Q is done
     mask_scores<Tr>(s, full, keep, k0, p.k_len, lane);
     softmax_update<Tr>(s, o, m, l, p.scale_log2);
     pack_p<Tr>(s, pa);
     RingSlot<Tr::kStages> previous = slot;
     slot.advance();
 
-    while (has_tile) {
-      take_tile();
+    while (has_next) {
+      tile = next;
+      k0 = next_k0;
+      full = next_full;
+      keep = full ? ~uint64_t{0} : partial_keep_bits<Tr>(p, expr, tile, w.h, w.q0, k0, warp, lane);
       mbarrier_wait(sm.k_full(slot.stage), slot.parity);
       mbarrier_wait(sm.v_full(previous.stage), previous.parity);
       schedule.wait_turn();
       issue_qk<Tr>(s, sm.q(), sm.k(slot.stage), group);
       issue_pv<Tr>(o, pa, sm.v(previous.stage));
       schedule.pass_turn();
+      read_next();
       wgmma_wait<1>();  // S(n) done; P(n-1) V(n-1) may still run
       wgmma_fence_operands(s);
       mbarrier_arrive(sm.k_free(slot.stage));
-      if (!has_tile) mbarrier_arrive(sm.q_free());
+      if (!has_next) mbarrier_arrive(sm.q_free());
       mask_scores<Tr>(s, full, keep, k0, p.k_len, lane);
       float correction[1][2];
       const bool max_moved = softmax_scores<Tr>(s, m, l, p.scale_log2, correction);

@@ -183,6 +183,18 @@ TEST(GpuSanitizerSm90, EachKernelPath) {
   expect_matches_reference(pr, 3);
 }
 
+// Host-only: runs without a device too.
+TEST(GpuKernelChoice, SetReadBackAndAvailabilityWithoutThrowing) {
+  const ForcedKernel forced(CudaKernel::Sm80);
+  EXPECT_EQ(cuda_kernel(), CudaKernel::Sm80);
+  cuda_set_kernel(CudaKernel::Sm90);
+  EXPECT_EQ(cuda_kernel(), CudaKernel::Sm90);
+  const bool available = cuda_sm90_kernel_available();
+  if (cuda_device_count() == 0) {
+    EXPECT_FALSE(available);
+  }
+}
+
 TEST(GpuKernelChoice, ForcingSm90WhereItCannotRunThrows) {
   SPATTN_REQUIRE_GPU();
   const ForcedKernel forced(CudaKernel::Sm90);

@@ -7,7 +7,6 @@
 
 #include <string>
 
-#include "cuda/common/cuda_check.hpp"
 #include "cuda/fwd_sm90/fwd_sm90.hpp"
 #include "spattn/error.hpp"
 
@@ -44,9 +43,12 @@ void run_typed(const FwdParams& p, cudaStream_t stream) {
 bool fwd_sm90_available() {
   if (kBuiltHeadDims[0] == 0) return false;
   int device = 0, major = 0, minor = 0;
-  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
-  check_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "cudaDeviceGetAttribute");
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    cudaGetLastError();  // no usable device: clear the (non-sticky) error and say no
+    return false;
+  }
   return major == 9 && minor == 0;
 }
 

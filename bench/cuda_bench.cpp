@@ -3,7 +3,7 @@
 //
 //   spattn_cuda_bench --cases dense,causal,window,streaming,random,bigbird,dilated
 //                     --seq 32768 --heads 16 --head-dim 128 [--batch 1] [--dtype bf16]
-//                     [--block 128] [--kernel fused|naive] [--repeats 20] [--dump-dir DIR]
+//                     [--block 128] [--kernel fused|sm80|sm90|naive] [--repeats 20] [--dump-dir DIR]
 //                     [--varlen N]
 //
 // Cases (bottom-right aligned, Lq = Lk = seq): dense; causal; window = causal
@@ -20,6 +20,9 @@
 // 0 has length seq) into batch-1 tensors and times cuda_attention_varlen with
 // one mask for length seq; kept pairs are summed over the sequences, each at
 // its own length (--batch is ignored; bigbird and random are rejected).
+// --kernel: fused lets cuda_attention choose (SPATTN_CUDA_KERNEL, else the
+// Hopper kernel where it runs); sm80 and sm90 force one fused kernel; naive is
+// the one-thread-per-row baseline. The JSON names the kernel timed.
 //
 // Timing: CUDA events around each call after warm-up; the median is reported.
 // Effective TFLOP/s = 4 * kept_pairs * head_dim / time.
@@ -51,7 +54,7 @@ struct Options {
   std::vector<std::string> cases;
   int64_t seq = 32768, heads = 16, head_dim = 128, batch = 1, block = 128, repeats = 20, varlen = 0;
   DType dtype = DType::BF16;
-  bool naive = false;
+  std::string kernel = "fused";
   std::string dump_dir;
 };
 
@@ -76,12 +79,14 @@ Options parse(int argc, char** argv) {
     else if (flag == "--block") o.block = std::stoll(value);
     else if (flag == "--repeats") o.repeats = std::stoll(value);
     else if (flag == "--dtype") o.dtype = parse_dtype(value, "--dtype");
-    else if (flag == "--kernel") o.naive = value == "naive";
+    else if (flag == "--kernel") o.kernel = value;
     else if (flag == "--dump-dir") o.dump_dir = value;
     else if (flag == "--varlen") o.varlen = std::stoll(value);
     else fail("unknown flag ", flag);
   }
   require(!o.cases.empty(), "--cases is required");
+  require(o.kernel == "fused" || o.kernel == "sm80" || o.kernel == "sm90" || o.kernel == "naive",
+          "--kernel must be fused, sm80, sm90 or naive, got '", o.kernel, "'");
   return o;
 }
 
@@ -145,6 +150,13 @@ std::vector<int64_t> varlen_lengths(const Options& o) {
   return lengths;
 }
 
+// The kernel that ran: the naive baseline, or the fused kernel cuda_attention
+// chose (the sm90 kernel hands dilated splits to the sm80 one).
+const char* kernel_name(bool naive, bool sm90, const std::string& name) {
+  if (naive) return "naive";
+  return sm90 && name != "dilated" && name != "dilated-only" ? "sm90" : "sm80";
+}
+
 void run(const Options& o) {
   const std::vector<int64_t> lengths = o.varlen > 0 ? varlen_lengths(o) : std::vector<int64_t>{};
   std::vector<int32_t> cu_host = {0};
@@ -172,6 +184,10 @@ void run(const Options& o) {
   batch.max_seqlen_q = batch.max_seqlen_k = o.seq;
   const TensorView tl = make_lse(static_cast<float*>(lse.get()), B, H, L);
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  const bool naive = o.kernel == "naive";
+  if (o.kernel == "sm80") cuda_set_kernel(CudaKernel::Sm80);
+  if (o.kernel == "sm90") cuda_set_kernel(CudaKernel::Sm90);
+  const bool sm90 = !naive && cuda_kernel() != CudaKernel::Sm80 && cuda_sm90_kernel_available();
   cudaEvent_t start, stop;
   check(cudaEventCreate(&start), "cudaEventCreate");
   check(cudaEventCreate(&stop), "cudaEventCreate");
@@ -194,14 +210,14 @@ void run(const Options& o) {
     auto call = [&] {
       if (o.varlen > 0)
         cuda_attention_varlen(tq, tk, tv, to, batch, mask, scale, &tl);
-      else if (o.naive)
+      else if (naive)
         cuda_naive_attention(tq, tk, tv, to, mask, scale, &tl);
       else
         cuda_attention(tq, tk, tv, to, mask, scale, &tl);
     };
     // The device plan (tile plan, dilated split, uploads): host work plus copies.
     const auto t1 = std::chrono::steady_clock::now();
-    if (!o.naive) cuda_prepare_mask(mask);
+    if (!naive) cuda_prepare_mask(mask);
     const double prepare_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();
     call();  // uploads the naive kernel's mask, loads the module
     check(cudaDeviceSynchronize(), "warm-up");
@@ -223,7 +239,7 @@ void run(const Options& o) {
         "\"dtype\": \"%s\", \"block\": %lld, \"kept_pairs\": %lld, \"density\": %.6f, \"time_ms\": %.4f, "
         "\"min_ms\": %.4f, \"tflops\": %.2f, \"mask_build_ms\": %.2f, \"prepare_ms\": %.2f, \"blocks\": %lld, \"full_blocks\": %lld, "
         "\"varlen_seqs\": %lld}\n",
-        name.c_str(), o.varlen > 0 ? "fused-varlen" : o.naive ? "naive" : "fused", static_cast<long long>(B),
+        name.c_str(), kernel_name(naive, sm90 && o.varlen == 0, name), static_cast<long long>(B),
         static_cast<long long>(H),
         static_cast<long long>(L), static_cast<long long>(D), dtype_name(o.dtype), static_cast<long long>(o.block),
         static_cast<long long>(kept), density, median_ms, times.front(), tflops, build_ms, prepare_ms,

@@ -2,7 +2,9 @@
 """bench/gpu_peers.py - spattn's CUDA kernel next to its peers, same card, same run.
 
 For every shape and pattern it times, on the current GPU:
-  * spattn's fused CUDA kernel (through build/bench/spattn_cuda_bench, CUDA events),
+  * spattn's fused CUDA kernels (through build/bench/spattn_cuda_bench, CUDA events):
+    the library's choice (the Hopper kernel where it runs) and the portable
+    sm80 kernel forced,
   * PyTorch SDPA with the cuDNN and the flash (FlashAttention-2) backends, dense and causal,
   * FlexAttention (torch.compile(flex_attention)) with the same masks, built by
     create_block_mask with 128-blocks; block-level masks (random, bigbird) are
@@ -29,11 +31,11 @@ CASES = ["dense", "causal", "window", "streaming", "random", "bigbird", "dilated
 BLOCK = 128
 
 
-def ours(bench, cases, seq, heads, head_dim, dump_dir, repeats):
-    """Runs spattn_cuda_bench; returns {case: json record}."""
+def ours(bench, cases, seq, heads, head_dim, dump_dir, repeats, kernel="fused"):
+    """Runs spattn_cuda_bench with --kernel `kernel`; returns {case: json record}."""
     cmd = [bench, "--cases", ",".join(cases), "--seq", str(seq), "--heads", str(heads),
            "--head-dim", str(head_dim), "--block", str(BLOCK), "--repeats", str(repeats),
-           "--dump-dir", dump_dir]
+           "--dump-dir", dump_dir, "--kernel", kernel]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return {r["case"]: r for r in (json.loads(line) for line in out.splitlines() if line.startswith("{"))}
 
@@ -67,8 +69,8 @@ def tflops(kept_pairs, head_dim, ms):
     return 4.0 * kept_pairs * head_dim / (ms * 1e-3) / 1e12
 
 
-IMPLEMENTATIONS = [("spattn", "spattn (fused CUDA, mma.sync)"), ("sdpa_cudnn", "SDPA cuDNN"),
-                   ("sdpa_flash", "SDPA flash (FA2)"), ("flex", "FlexAttention")]
+IMPLEMENTATIONS = [("spattn", "spattn (auto: sm90 wgmma)"), ("spattn_sm80", "spattn sm80 (mma.sync)"),
+                   ("sdpa_cudnn", "SDPA cuDNN"), ("sdpa_flash", "SDPA flash (FA2)"), ("flex", "FlexAttention")]
 
 
 def plot(json_path, png_path):
@@ -84,10 +86,10 @@ def plot(json_path, png_path):
     for ax, (seq, heads) in zip(axes[:, 0], shapes):
         rows = [r for r in data["results"] if (r["seq"], r["heads"]) == (seq, heads)]
         x = np.arange(len(rows))
-        width = 0.2
+        width = 0.16
         for n, (key, label) in enumerate(IMPLEMENTATIONS):
             values = [r.get(key + "_tflops", 0.0) for r in rows]
-            ax.bar(x + (n - 1.5) * width, values, width, label=label)
+            ax.bar(x + (n - (len(IMPLEMENTATIONS) - 1) / 2) * width, values, width, label=label)
         ax.set_xticks(x, [f"{r['case']}\nd={r['density']:.3f}" for r in rows])
         ax.set_ylabel("effective TFLOP/s")
         ax.set_title(f"{data['card']}, {data['dtype']}, B=1, H={heads}, L={seq}, D={rows[0]['head_dim']}, "
@@ -139,6 +141,7 @@ def measure(args):
         D = args.head_dim
         with tempfile.TemporaryDirectory() as dump_dir:
             mine = ours(args.bench, cases, seq, heads, D, dump_dir, args.repeats)
+            portable = ours(args.bench, cases, seq, heads, D, dump_dir, args.repeats, kernel="sm80")
             torch.manual_seed(0)
             q, k, v = (torch.randn(1, heads, seq, D, device=device, dtype=torch.bfloat16) for _ in range(3))
             for case in cases:
@@ -146,7 +149,9 @@ def measure(args):
                 kept = rec["kept_pairs"]
                 row = {"case": case, "seq": seq, "heads": heads, "head_dim": D, "dtype": "bf16",
                        "density": rec["density"], "kept_pairs": kept,
+                       "spattn_kernel": rec.get("kernel", "fused"),
                        "spattn_ms": rec["time_ms"], "spattn_tflops": rec["tflops"],
+                       "spattn_sm80_ms": portable[case]["time_ms"], "spattn_sm80_tflops": portable[case]["tflops"],
                        "spattn_mask_build_ms": rec["mask_build_ms"]}
                 if case in ("dense", "causal"):
                     for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
@@ -192,13 +197,15 @@ def measure(args):
                    "timing": "median of CUDA-event timings (spattn: its own events; peers: triton do_bench)",
                    "results": results}, f, indent=1)
     print(f"\n{card}, bf16, B=1, D={args.head_dim}, effective TFLOP/s on kept pairs (time ms)")
-    print("| L | H | pattern | density | spattn | SDPA cuDNN | SDPA flash | FlexAttention | spattn / (d x dense) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| L | H | pattern | density | spattn (kernel) | spattn sm80 | SDPA cuDNN | SDPA flash | FlexAttention "
+          "| spattn / (d x dense) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         def cell(key):
             return f"{r[key + '_tflops']:.0f} ({r[key + '_ms']:.2f})" if key + "_ms" in r else "-"
         ratio = r.get("spattn_vs_density_x_dense")
-        print(f"| {r['seq']} | {r['heads']} | {r['case']} | {r['density']:.4f} | {cell('spattn')} | "
+        print(f"| {r['seq']} | {r['heads']} | {r['case']} | {r['density']:.4f} | {cell('spattn')} "
+              f"({r['spattn_kernel']}) | {cell('spattn_sm80')} | "
               f"{cell('sdpa_cudnn')} | {cell('sdpa_flash')} | {cell('flex')} | "
               f"{'-' if ratio is None else f'{ratio:.2f}'} |")
     print(f"wrote {out}")

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # scripts/gpu_check.sh - the CUDA backend's whole check on a GPU machine, in
 # one go: configure and build (library, GPU tests, benchmark driver), run the
-# GPU test suite (ctest -L gpu), compute-sanitizer memcheck and racecheck on
-# small problems, the Python package's tests (pytest, marker gpu included),
-# then the benchmarks (our kernel alone, then next to its peers). Results go
+# GPU test suite (ctest -L gpu, the library choosing the kernel; then the
+# attention suite with the sm80 kernel forced), compute-sanitizer memcheck and
+# racecheck on small problems (plus synccheck on the sm90 kernel), the Python
+# package's tests (pytest, marker gpu included), then the benchmarks (both
+# fused kernels alone, then next to their peers). Results go
 # to $OUT (default ./gpu_check_out): the JSON results and all logs packed in
 # logs.tgz.
 #
@@ -12,8 +14,10 @@
 #   device against host build + upload, bench/mask_build_bench.cpp)
 #
 # Environment: BUILD (build dir, default build-gpu), CUDA_ARCHS (default 90),
-# CASES (benchmark cases of the bench stage, default all),
-# SHAPES (peer shapes, default 32768x16,131072x8), WHEELS (folder of the
+# HEAD_DIMS (SPATTN_CUDA_HEAD_DIMS of the build, default all),
+# CASES (benchmark cases of the bench stage, default all), HEAD_DIM (of the
+# bench stage, default 128),
+# SHAPES (bench and peer shapes, default 32768x16,131072x8), WHEELS (folder of the
 # Python build backend's wheels for machines without PyPI, default .whl).
 # Where GoogleTest is not
 # installed, a source tree in .deps/googletest is used; without libpng the CLI
@@ -47,6 +51,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 
 if want build; then
   args=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90}")
+  [ -n "${HEAD_DIMS:-}" ] && args+=(-DSPATTN_CUDA_HEAD_DIMS="$HEAD_DIMS")
   if [ ! -d /usr/include/gtest ] && [ -d .deps/googletest ]; then
     args+=(-DSPATTN_GTEST_SOURCE="$PWD/.deps/googletest")
   fi
@@ -57,8 +62,13 @@ if want build; then
 fi
 
 if want test; then
+  # The whole suite with the kernel choice left to the library (the sm90
+  # kernel where it runs), then the attention suite again on the portable one.
   OMP_NUM_THREADS=16 step ctest ctest_gpu.log ctest --test-dir "$BUILD" -L gpu --output-on-failure --timeout 600
   tail -n 4 "$LOG/ctest_gpu.log"
+  SPATTN_CUDA_KERNEL=sm80 OMP_NUM_THREADS=16 step "attention suite, sm80 forced" gpu_attention_sm80.log \
+    "$BUILD/tests/gpu_test_attention"
+  tail -n 2 "$LOG/gpu_attention_sm80.log"
 fi
 
 if want sanitize; then
@@ -68,6 +78,11 @@ if want sanitize; then
         --error-exitcode 1 "$BUILD/tests/$suite" --gtest_filter='GpuSanitizerSmall.*'
       grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$LOG/sanitizer_${tool}_$suite.log" | tail -n 3
     done
+  done
+  for tool in memcheck racecheck synccheck; do
+    step "sanitizer $tool (sm90)" "sanitizer_sm90_$tool.log" compute-sanitizer --tool "$tool" --error-exitcode 1 \
+      "$BUILD/tests/gpu_test_kernels" --gtest_filter='GpuSanitizerSm90.*'
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED|SKIPPED" "$LOG/sanitizer_sm90_$tool.log" | tail -n 3
   done
   step "sanitizer memcheck (graph)" sanitizer_graph.log compute-sanitizer --tool memcheck --error-exitcode 1 \
     "$BUILD/tests/gpu_test_cuda_api" --gtest_filter='CudaBackend.*'
@@ -85,20 +100,25 @@ if want python; then
 fi
 
 if want bench; then
-  for shape in 32768x16 131072x8; do
+  # Both fused kernels in the same run: sm80 forced, then the library's choice
+  # (the sm90 kernel where it runs; dilated splits stay on sm80).
+  for shape in $(echo "${SHAPES:-32768x16,131072x8}" | tr , ' '); do
     seq=${shape%x*}; heads=${shape#*x}
-    step "bench $shape" "bench_$shape.jsonl" "$BUILD/bench/spattn_cuda_bench" \
-      --cases "${CASES:-dense,causal,window,streaming,random,bigbird,dilated,window512,dilated-only}" --seq "$seq" --heads "$heads" --head-dim 128
-    python3 - "$LOG/bench_$shape.jsonl" <<'PY'
+    for kernel in sm80 fused; do
+      step "bench $shape $kernel" "bench_${shape}_$kernel.jsonl" "$BUILD/bench/spattn_cuda_bench" \
+        --cases "${CASES:-dense,causal,window,streaming,random,bigbird,dilated,window512,dilated-only}" \
+        --seq "$seq" --heads "$heads" --head-dim "${HEAD_DIM:-128}" --kernel "$kernel"
+      python3 - "$LOG/bench_${shape}_$kernel.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 dense = next((r["time_ms"] for r in rows if r["case"] == "dense"), None)
 for r in rows:
     ratio = r["time_ms"] / (r["density"] * dense) if dense else float("nan")
-    print(f"{r['seq']:>7} {r['heads']:>3} {r['case']:>10} density {r['density']:.4f} "
+    print(f"{r['seq']:>7} {r['heads']:>3} {r['case']:>10} {r['kernel']:>5} density {r['density']:.4f} "
           f"{r['time_ms']:9.3f} ms {r['tflops']:6.1f} TFLOP/s  vs d*dense {ratio:.2f}  "
           f"mask {r['mask_build_ms']:.1f} ms, plan+upload {r.get('prepare_ms', float('nan')):.1f} ms")
 PY
+    done
   done
 fi
 
@@ -114,7 +134,7 @@ fi
 
 if want profile; then
   # Stall reasons and pipe use of the fused kernel on a dense problem.
-  step profile profile.log ncu --kernel-name regex:fwd_sm80 --launch-skip 1 --launch-count 1 \
+  step profile profile.log ncu --kernel-name regex:fwd_sm --launch-skip 1 --launch-count 1 \
     --section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis --section Occupancy \
     "$BUILD/bench/spattn_cuda_bench" --cases dense --seq 16384 --heads 16 --head-dim 128 --repeats 1
   grep -E "Stall|Throughput|Pipe|Issue|Occupancy|Registers" "$LOG/profile.log" | head -40

@@ -28,6 +28,19 @@ int cuda_device_count();
 // Does p point into device (or managed) memory?
 bool cuda_is_device_pointer(const void* p);
 
+// The fused kernels cuda_attention chooses from: Auto takes the Hopper kernel
+// (sm_90a: TMA, wgmma) on a device of compute capability 9.0 when the build
+// has its code and it supports the call (fp16/bf16, its head dims, no dilated
+// split), else the portable sm80 kernel; Sm80 and Sm90 force one (Sm90 throws
+// spattn::Error where it cannot run). The initial choice comes from the
+// environment variable SPATTN_CUDA_KERNEL (auto, sm80 or sm90; unset = auto),
+// read once.
+enum class CudaKernel { Auto, Sm80, Sm90 };
+void cuda_set_kernel(CudaKernel kernel);
+CudaKernel cuda_kernel();
+// Can the current device run the Hopper kernel with this build?
+bool cuda_sm90_kernel_available();
+
 // Copies the mask's plans for the kernels of this backend to the current
 // device now (synchronously), so that later calls allocate and copy nothing.
 void cuda_prepare_mask(const BlockMask& mask);

@@ -3,15 +3,20 @@
 // views, the mask's device plans, and the launch.
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
+#include <string>
 
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/fwd_params.hpp"
 #include "cuda/common/scratch_pool.hpp"
+#include "cuda/common/split_combine.hpp"
 #include "cuda/fwd_sm80/dilated_permute.hpp"
 #include "cuda/fwd_sm80/fwd_sm80.hpp"
+#include "cuda/fwd_sm90/fwd_sm90.hpp"
 #include "cuda/naive/naive_attention.hpp"
 #include "cuda/plan/device_plan.hpp"
 #include "cuda/select/dynamic_attention.hpp"
@@ -102,16 +107,70 @@ cuda_detail::FwdParams make_params(const TensorView& q, const TensorView& k, con
   return kernel_params(q, k, v, out, scale, lse);
 }
 
-// The fused kernel with p.plan; split rows write partial results to
-// stream-ordered scratch (from a pool that keeps its memory: no
+CudaKernel parse_kernel_variable() {
+  const char* value = std::getenv("SPATTN_CUDA_KERNEL");
+  const std::string v = value ? value : "auto";
+  if (v == "auto" || v.empty()) return CudaKernel::Auto;
+  if (v == "sm80") return CudaKernel::Sm80;
+  if (v == "sm90") return CudaKernel::Sm90;
+  fail("SPATTN_CUDA_KERNEL must be auto, sm80 or sm90, got '", v, "'");
+}
+
+// The current choice; initialised from SPATTN_CUDA_KERNEL on first use (a bad
+// value throws then, and again on every later use until it is overridden).
+std::atomic<int>& kernel_choice() {
+  static std::atomic<int> choice{-1};
+  return choice;
+}
+
+CudaKernel current_kernel() {
+  int c = kernel_choice().load();
+  if (c < 0) {
+    c = static_cast<int>(parse_kernel_variable());
+    kernel_choice().store(c);
+  }
+  return static_cast<CudaKernel>(c);
+}
+
+// Whether the Hopper kernel runs this call: per the choice, the device, the
+// build, the head dim and the mask's block sizes. Forcing it where it cannot
+// run throws.
+bool use_sm90(const cuda_detail::FwdParams& p, const BlockMask& mask) {
+  const CudaKernel choice = current_kernel();
+  if (choice == CudaKernel::Sm80) return false;
+  const bool forced = choice == CudaKernel::Sm90;
+  if (!cuda_detail::fwd_sm90_available()) {
+    require(!forced, "CUDA backend: the sm90 kernel (SPATTN_CUDA_KERNEL=sm90) needs a device of compute "
+            "capability 9.0 and a build for CUDA architecture 90");
+    return false;
+  }
+  if (!cuda_detail::fwd_sm90_supports_head_dim(p.head_dim)) {
+    require(!forced, "CUDA backend: the sm90 kernel's head_dim must be one of ", cuda_detail::fwd_sm90_head_dims(),
+            " in this build, got ", p.head_dim);
+    return false;
+  }
+  if (forced) cuda_detail::check_tile_fit(mask, cuda_detail::kSm90Tile);
+  return cuda_detail::tile_fits(mask, cuda_detail::kSm90Tile);
+}
+
+// The fused kernel with p.plan (of `tile`); split rows write partial results
+// to stream-ordered scratch (from a pool that keeps its memory: no
 // synchronisation, capturable in a graph).
-void run_fused(cuda_detail::FwdParams p, DType dtype, cudaStream_t s) {
-  if (p.plan.num_split_rows == 0) return cuda_detail::run_fwd_sm80(p, dtype, s);
-  const int64_t o_floats = cuda_detail::partial_o_floats(p), lse_floats = cuda_detail::partial_lse_floats(p);
+void run_fused(cuda_detail::FwdParams p, DType dtype, bool sm90, cudaStream_t s) {
+  const auto run = [&] {
+    if (sm90)
+      cuda_detail::run_fwd_sm90(p, dtype, s);
+    else
+      cuda_detail::run_fwd_sm80(p, dtype, s);
+  };
+  if (p.plan.num_split_rows == 0) return run();
+  const int64_t rows = sm90 ? cuda_detail::kSm90Tile.rows : cuda_detail::kSm80Tile.rows;
+  const int64_t o_floats = cuda_detail::partial_o_floats(p, rows);
+  const int64_t lse_floats = cuda_detail::partial_lse_floats(p, rows);
   ScopedScratch scratch(static_cast<size_t>(o_floats + lse_floats) * sizeof(float), s);
   p.partial_o = static_cast<float*>(scratch.get());
   p.partial_lse = p.partial_o + o_floats;
-  cuda_detail::run_fwd_sm80(p, dtype, s);
+  run();
 }
 
 // A dilated term through the token permutation (cuda/plan/dilated_split.hpp):
@@ -184,11 +243,11 @@ void run_dilated_split(const cuda_detail::DilatedSplit& split, const cuda_detail
   perm.mask = cuda_detail::device_mask(split.permuted, s);
   perm.plan = cuda_detail::device_tile_plan(split.permuted, cuda_detail::kSm80Tile, s);
 
-  run_fused(rest, dtype, s);
+  run_fused(rest, dtype, false, s);
   cuda_detail::launch_dilated_gather(g, p.q, 1, p.k_len - p.q_len, qp, dtype, s);
   cuda_detail::launch_dilated_gather(g, p.k, p.q_heads / p.kv_heads, 0, kp, dtype, s);
   cuda_detail::launch_dilated_gather(g, p.v, p.q_heads / p.kv_heads, 0, vp, dtype, s);
-  run_fused(perm, dtype, s);
+  run_fused(perm, dtype, false, s);
   cuda_detail::launch_dilated_merge(g, rest, op, lsep, dtype, s);
 }
 
@@ -212,9 +271,19 @@ int cuda_device_count() {
   return count;
 }
 
+void cuda_set_kernel(CudaKernel kernel) { kernel_choice().store(static_cast<int>(kernel)); }
+
+CudaKernel cuda_kernel() { return current_kernel(); }
+
+bool cuda_sm90_kernel_available() { return cuda_detail::fwd_sm90_available(); }
+
 void cuda_prepare_mask(const BlockMask& mask) {
   const cuda_detail::DeviceTilePlanView plan = cuda_detail::device_tile_plan(mask, cuda_detail::kSm80Tile, nullptr);
   if (plan.num_split_rows > 0) cuda_detail::scratch_pool();
+  if (current_kernel() != CudaKernel::Sm80 && cuda_detail::fwd_sm90_available() &&
+      cuda_detail::tile_fits(mask, cuda_detail::kSm90Tile) &&
+      cuda_detail::device_tile_plan(mask, cuda_detail::kSm90Tile, nullptr).num_split_rows > 0)
+    cuda_detail::scratch_pool();
   if (const auto split = cuda_detail::dilated_split(mask, cuda_detail::kSm80Tile)) {
     cuda_detail::device_tile_plan(split->rest, cuda_detail::kSm80Tile, nullptr);
     cuda_detail::device_tile_plan(split->permuted, cuda_detail::kSm80Tile, nullptr);
@@ -226,14 +295,22 @@ void cuda_prepare_mask(const BlockMask& mask) {
 void cuda_attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                     const BlockMask& mask, double scale, const TensorView* lse, void* stream) {
   cuda_detail::FwdParams p = make_params(q, k, v, out, mask, scale, lse);
-  cuda_detail::check_fwd_sm80_head_dim(p.head_dim);
-  cuda_detail::check_tile_fit(mask, cuda_detail::kSm80Tile);
   const auto s = static_cast<cudaStream_t>(stream);
-  const std::shared_ptr<const cuda_detail::DilatedSplit> split = cuda_detail::dilated_split(mask, cuda_detail::kSm80Tile);
-  if (split && split->query_heads == p.q_heads) return run_dilated_split(*split, p, q.dtype, s);
+  const std::shared_ptr<const cuda_detail::DilatedSplit> split =
+      cuda_detail::tile_fits(mask, cuda_detail::kSm80Tile) ? cuda_detail::dilated_split(mask, cuda_detail::kSm80Tile)
+                                                           : nullptr;
+  const bool dilated = split && split->query_heads == p.q_heads;
+  require(!dilated || current_kernel() != CudaKernel::Sm90,
+          "CUDA backend: the sm90 kernel (SPATTN_CUDA_KERNEL=sm90) does not run dilated patterns yet");
+  const bool sm90 = !dilated && use_sm90(p, mask);
+  if (!sm90) {
+    cuda_detail::check_fwd_sm80_head_dim(p.head_dim);
+    cuda_detail::check_tile_fit(mask, cuda_detail::kSm80Tile);
+  }
+  if (dilated) return run_dilated_split(*split, p, q.dtype, s);
   p.mask = cuda_detail::device_mask(mask, s);
-  p.plan = cuda_detail::device_tile_plan(mask, cuda_detail::kSm80Tile, s);
-  run_fused(p, q.dtype, s);
+  p.plan = cuda_detail::device_tile_plan(mask, sm90 ? cuda_detail::kSm90Tile : cuda_detail::kSm80Tile, s);
+  run_fused(p, q.dtype, sm90, s);
 }
 
 void cuda_attention_varlen(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
@@ -241,6 +318,8 @@ void cuda_attention_varlen(const TensorView& q, const TensorView& k, const Tenso
                            void* stream) {
   validate_attention_varlen(q, k, v, out, batch, mask, lse);
   cuda_detail::FwdParams p = kernel_params(q, k, v, out, scale, lse);
+  require(current_kernel() != CudaKernel::Sm90,
+          "CUDA backend: the sm90 kernel (SPATTN_CUDA_KERNEL=sm90) does not run variable-length batches yet");
   require(cuda_is_device_pointer(batch.cu_seqlens_q), "CUDA backend: cu_seqlens_q must point to device memory");
   require(cuda_is_device_pointer(batch.cu_seqlens_k), "CUDA backend: cu_seqlens_k must point to device memory");
   cuda_detail::check_fwd_sm80_head_dim(p.head_dim);
@@ -254,7 +333,7 @@ void cuda_attention_varlen(const TensorView& q, const TensorView& k, const Tenso
   const auto s = static_cast<cudaStream_t>(stream);
   p.mask = cuda_detail::device_mask(mask, s);
   p.plan = cuda_detail::device_tile_plan(mask, cuda_detail::kSm80Tile, s);
-  run_fused(p, q.dtype, s);
+  run_fused(p, q.dtype, false, s);
 }
 
 void cuda_naive_attention(const TensorView& q, const TensorView& k, const TensorView& v,

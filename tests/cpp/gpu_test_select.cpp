@@ -338,8 +338,12 @@ TEST(GpuSelect, DynamicAttentionEqualsTheStaticRunOfItsMasks) {
       EXPECT_EQ(mask.num_heads(), t.config.per_query_head ? t.Hq : t.Hkv);
       EXPECT_LT(mask.density(t.Hq), 0.9);
       dwant.poison();
+      // The dynamic path runs the portable kernel: the static run must too, to match bit for bit.
+      const CudaKernel chosen = cuda_kernel();
+      cuda_set_kernel(CudaKernel::Sm80);
       cuda_attention(batch_slice(dq.view(), b), batch_slice(dk.view(), b), batch_slice(dv.view(), b),
                      dwant.view(), mask, scale, &want_lse_view);
+      cuda_set_kernel(chosen);
       cuda_ok(cudaDeviceSynchronize(), "static attention");
       dwant.copy_to(want);
       dwant_lse.copy_to(want_lse);

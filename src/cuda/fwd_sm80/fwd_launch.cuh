@@ -5,6 +5,7 @@
 #pragma once
 
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/split_combine.hpp"
 #include "cuda/fwd_sm80/fwd_kernel.cuh"
 #include "cuda/fwd_sm80/fwd_sm80.hpp"
 
@@ -21,7 +22,7 @@ void launch_fwd_sm80(const FwdParams& p, cudaStream_t stream) {
   require(ctas <= 0x7fffffff, "CUDA backend: ", ctas, " work items exceed the grid limit");
   kernel<<<static_cast<unsigned>(ctas), Tr::kThreads, Tr::kSmemBytes, stream>>>(p);
   check_launch("fwd_sm80 kernel launch");
-  if (p.plan.num_split_rows > 0) launch_split_combine<T>(p, stream);
+  if (p.plan.num_split_rows > 0) launch_split_combine<T>(p, Tr::kBlockM, stream);
 }
 
 }  // namespace spattn::cuda_detail

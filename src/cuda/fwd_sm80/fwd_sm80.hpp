@@ -22,20 +22,9 @@ void check_fwd_sm80_head_dim(int64_t head_dim);
 
 // Launches the kernel for `dtype` (fp16 or bf16) and p.head_dim on `stream`,
 // then the merge of split rows. p.partial_o / p.partial_lse must hold
-// partial_floats(p) floats when the plan splits rows.
+// partial_o_floats / partial_lse_floats(p, kSm80Tile.rows) floats
+// (split_combine.hpp) when the plan splits rows.
 void run_fwd_sm80(const FwdParams& p, DType dtype, cudaStream_t stream);
-
-// Floats of partial results the plan's split rows need: O then LSE.
-inline int64_t partial_o_floats(const FwdParams& p) {
-  return p.plan.num_slots * p.batch * (p.q_heads / p.plan.blocks.num_heads) * kSm80Tile.rows * p.head_dim;
-}
-inline int64_t partial_lse_floats(const FwdParams& p) {
-  return p.plan.num_slots * p.batch * (p.q_heads / p.plan.blocks.num_heads) * kSm80Tile.rows;
-}
-
-// Merges the pieces of split rows into the output (after the kernel, same stream).
-template <typename T>
-void launch_split_combine(const FwdParams& p, cudaStream_t stream);
 
 // One instantiation per (element type, head dim), defined in cuda/instantiations/.
 template <typename T, int kHeadDim>

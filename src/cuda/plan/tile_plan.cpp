@@ -141,15 +141,24 @@ void split_and_order(const BlockMask& mask, TileShape tile, HostTilePlan& plan) 
                    [](const WorkItem& a, const WorkItem& b) { return a.end - a.begin > b.end - b.begin; });
 }
 
+int64_t sub_blocks_per_tile(const BlockMask& mask, TileShape tile) {
+  return (tile.rows / std::min(mask.block_q(), tile.rows)) * (tile.cols / std::min(mask.block_k(), tile.cols));
+}
+
 }  // namespace
+
+bool tile_fits(const BlockMask& mask, TileShape tile) {
+  return fits_side(mask.block_q(), tile.rows) && fits_side(mask.block_k(), tile.cols) &&
+         sub_blocks_per_tile(mask, tile) <= 64 &&
+         mask.num_heads() <= std::numeric_limits<int32_t>::max() / ceil_div(mask.q_len(), tile.rows);
+}
 
 void check_tile_fit(const BlockMask& mask, TileShape tile) {
   require(fits_side(mask.block_q(), tile.rows), "CUDA backend: mask block_q must be a multiple of ",
           tile.rows, " or a power of two dividing it, got ", mask.block_q());
   require(fits_side(mask.block_k(), tile.cols), "CUDA backend: mask block_k must be a multiple of ",
           tile.cols, " or a power of two dividing it, got ", mask.block_k());
-  const int64_t subs = (tile.rows / std::min(mask.block_q(), tile.rows)) *
-                       (tile.cols / std::min(mask.block_k(), tile.cols));
+  const int64_t subs = sub_blocks_per_tile(mask, tile);
   require(subs <= 64, "CUDA backend: mask blocks of ", mask.block_q(), " x ", mask.block_k(),
           " split a ", tile.rows, " x ", tile.cols, " kernel tile into ", subs,
           " pieces, more than the 64 supported");

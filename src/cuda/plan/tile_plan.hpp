@@ -76,6 +76,9 @@ struct HostTilePlan {
 // multiple or a divisor of the tile side, at most 64 sub-blocks per tile).
 void check_tile_fit(const BlockMask& mask, TileShape tile);
 
+// Whether check_tile_fit would accept the mask for `tile`.
+bool tile_fits(const BlockMask& mask, TileShape tile);
+
 HostTilePlan make_tile_plan(const BlockMask& mask, TileShape tile);
 
 }  // namespace spattn::cuda_detail

@@ -1,4 +1,4 @@
-// cuda/fwd_sm80/split_combine.cu - merges the pieces of split rows (see
+// cuda/common/split_combine.cu - merges the pieces of split rows (see
 // tile_plan.hpp) into the output: per query row, with piece LSEs l_n and
 // normalised outputs O_n,
 //   lse = log(sum_n exp(l_n)),   O = sum_n exp(l_n - lse) O_n,
@@ -11,7 +11,7 @@
 
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/sequence_span.hpp"
-#include "cuda/fwd_sm80/fwd_sm80.hpp"
+#include "cuda/common/split_combine.hpp"
 
 namespace spattn::cuda_detail {
 namespace {
@@ -64,14 +64,14 @@ __global__ void __launch_bounds__(kCombineThreads) split_combine_kernel(const Fw
 }  // namespace
 
 template <typename T>
-void launch_split_combine(const FwdParams& p, cudaStream_t stream) {
+void launch_split_combine(const FwdParams& p, int64_t tile_rows, cudaStream_t stream) {
   const int64_t ctas = p.plan.num_split_rows * p.batch * (p.q_heads / p.plan.blocks.num_heads);
   require(ctas <= 0x7fffffff, "CUDA backend: ", ctas, " split rows exceed the grid limit");
-  split_combine_kernel<T><<<static_cast<unsigned>(ctas), kCombineThreads, 0, stream>>>(p, kSm80Tile.rows);
+  split_combine_kernel<T><<<static_cast<unsigned>(ctas), kCombineThreads, 0, stream>>>(p, tile_rows);
   check_launch("split combine kernel launch");
 }
 
-template void launch_split_combine<__nv_bfloat16>(const FwdParams& p, cudaStream_t stream);
-template void launch_split_combine<__half>(const FwdParams& p, cudaStream_t stream);
+template void launch_split_combine<__nv_bfloat16>(const FwdParams& p, int64_t tile_rows, cudaStream_t stream);
+template void launch_split_combine<__half>(const FwdParams& p, int64_t tile_rows, cudaStream_t stream);
 
 }  // namespace spattn::cuda_detail

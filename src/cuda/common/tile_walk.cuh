@@ -1,4 +1,4 @@
-// cuda/fwd_sm80/tile_walk.cuh - the order in which a CTA visits key tiles: the
+// cuda/common/tile_walk.cuh - the order in which a CTA visits key tiles: the
 // device side of the block iterator.
 //
 // A CTA owns a work item: a (mask head, query tile) row of the tile plan or a

@@ -1,0 +1,148 @@
+// cuda/common/online_softmax.cuh - the fp32 online softmax over a score tile
+// and the final writes of O / l and the LSE, shared by the sm80 (mma.sync) and
+// sm90 (wgmma) forward kernels, which hold S and O in the same per-warp m16n8
+// accumulator layout (see tile_mask.cuh).
+//
+// The traits Tr provide T, kHeadDim, kMAtoms, kNAtoms, kDAtoms (8-wide columns
+// of O) and kWarpRows; `warp` is the index of the warp among those computing
+// the query tile (warp w owns tile rows [w * kWarpRows, (w + 1) * kWarpRows)).
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/common/fwd_params.hpp"
+#include "cuda/common/ptx_sm80.cuh"
+#include "cuda/common/sequence_span.hpp"
+#include "cuda/common/tile_mask.cuh"
+
+namespace spattn::cuda_detail {
+
+constexpr float kLn2 = 0.6931471805599453f;
+
+// Online softmax over one tile, scores only: updates the running max m (log2
+// units of the scaled score) and l, turns s into P = exp2(s * scale_log2 - m),
+// and leaves in `correction` the factor O must be scaled by. Returns whether
+// some row of the warp has a new max: otherwise every correction is exactly
+// exp2(0) = 1 and rescaling O can be skipped (exact).
+template <typename Tr>
+__device__ __forceinline__ bool softmax_scores(float (&s)[Tr::kMAtoms][Tr::kNAtoms][4], float (&m)[Tr::kMAtoms][2],
+                                               float (&l)[Tr::kMAtoms][2], float scale_log2,
+                                               float (&correction)[Tr::kMAtoms][2]) {
+  bool max_moved = false;
+#pragma unroll
+  for (int a = 0; a < Tr::kMAtoms; ++a) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float row_max = kNegInf;
+#pragma unroll
+      for (int n = 0; n < Tr::kNAtoms; ++n)
+        row_max = fmaxf(row_max, fmaxf(s[a][n][2 * half], s[a][n][2 * half + 1]));
+      row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 1));
+      row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 2));
+      const float m_new = fmaxf(m[a][half], row_max * scale_log2);
+      // While every score so far is masked, m stays -inf; subtract 0 instead so
+      // that exp2 sees -inf - 0 = -inf (P = 0), never -inf + inf.
+      const float m_used = m_new == kNegInf ? 0.0f : m_new;
+      correction[a][half] = fast_exp2(m[a][half] - m_used);
+      max_moved |= m_new != m[a][half];
+      m[a][half] = m_new;
+      float sum = l[a][half] * correction[a][half];
+#pragma unroll
+      for (int n = 0; n < Tr::kNAtoms; ++n)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const float pr = fast_exp2(fmaf(s[a][n][2 * half + c], scale_log2, -m_used));
+          s[a][n][2 * half + c] = pr;
+          sum += pr;
+        }
+      l[a][half] = sum;
+    }
+  }
+  return __any_sync(0xffffffffu, max_moved);
+}
+
+// O *= correction, row by row.
+template <typename Tr>
+__device__ __forceinline__ void rescale_output(float (&o)[Tr::kMAtoms][Tr::kDAtoms][4],
+                                               const float (&correction)[Tr::kMAtoms][2]) {
+#pragma unroll
+  for (int a = 0; a < Tr::kMAtoms; ++a)
+#pragma unroll
+    for (int d = 0; d < Tr::kDAtoms; ++d)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) o[a][d][c] *= correction[a][c >> 1];
+}
+
+// Online softmax over one tile: softmax_scores, then O rescaled where a row's
+// max moved (on its own no measurable change on dense D = 128 in the sm80
+// kernel, but exact and free when nothing moved).
+template <typename Tr>
+__device__ __forceinline__ void softmax_update(float (&s)[Tr::kMAtoms][Tr::kNAtoms][4],
+                                               float (&o)[Tr::kMAtoms][Tr::kDAtoms][4], float (&m)[Tr::kMAtoms][2],
+                                               float (&l)[Tr::kMAtoms][2], float scale_log2) {
+  float correction[Tr::kMAtoms][2];
+  if (softmax_scores<Tr>(s, m, l, scale_log2, correction)) rescale_output<Tr>(o, correction);
+}
+
+// The end of the rows of this thread: for each (a, half), the row sum over the
+// four threads of its quad, the factor 1 / sum that normalises O (0 for a row
+// with no allowed key) and the natural-log LSE (-inf for such a row), handed
+// to store(a, half, inv, lse).
+template <typename Tr, typename Store>
+__device__ __forceinline__ void finish_rows(const float (&m)[Tr::kMAtoms][2], const float (&l)[Tr::kMAtoms][2],
+                                            Store&& store) {
+#pragma unroll
+  for (int a = 0; a < Tr::kMAtoms; ++a) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float sum = l[a][half];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      const float lse = sum > 0.0f ? (m[a][half] + __log2f(sum)) * kLn2 : kNegInf;
+      store(a, half, inv, lse);
+    }
+  }
+}
+
+// O / l to `out` (input type or fp32) and the LSE, rows of the sequence only.
+template <typename Tr>
+__device__ __forceinline__ void write_output(const FwdParams& p, const float (&o)[Tr::kMAtoms][Tr::kDAtoms][4],
+                                             const float (&m)[Tr::kMAtoms][2], const float (&l)[Tr::kMAtoms][2],
+                                             const SequenceSpan& seq, int64_t h, int64_t q0, int warp, int lane) {
+  using T = typename Tr::T;
+  finish_rows<Tr>(m, l, [&](int a, int half, float inv, float lse) {
+    const int64_t row = q0 + warp * Tr::kWarpRows + a * 16 + (lane >> 2) + half * 8;
+    if (row >= seq.q_len) return;
+    const int64_t base = p.out.row_offset(seq.batch, h, seq.q_first + row) + (lane & 3) * 2;
+#pragma unroll
+    for (int d = 0; d < Tr::kDAtoms; ++d) {
+      const float x = o[a][d][2 * half] * inv, y = o[a][d][2 * half + 1] * inv;
+      if (p.out_f32)
+        *reinterpret_cast<float2*>(static_cast<float*>(p.out.data) + base + d * 8) = make_float2(x, y);
+      else
+        *reinterpret_cast<uint32_t*>(static_cast<T*>(p.out.data) + base + d * 8) = pack2<T>(x, y);
+    }
+    if (p.lse != nullptr && (lane & 3) == 0)
+      p.lse[seq.batch * p.lse_stride_b + h * p.lse_stride_h + (seq.q_first + row) * p.lse_stride_l] = lse;
+  });
+}
+
+// One piece of a split row: O / l (fp32) and the natural-log LSE of every tile
+// row into the partial-result slot starting at tile row `first` (rows past
+// q_len included; the combine step ignores them).
+template <typename Tr>
+__device__ __forceinline__ void write_partial(const FwdParams& p, const float (&o)[Tr::kMAtoms][Tr::kDAtoms][4],
+                                              const float (&m)[Tr::kMAtoms][2], const float (&l)[Tr::kMAtoms][2],
+                                              int64_t first, int warp, int lane) {
+  finish_rows<Tr>(m, l, [&](int a, int half, float inv, float lse) {
+    const int64_t row = first + warp * Tr::kWarpRows + a * 16 + (lane >> 2) + half * 8;
+    float* out = p.partial_o + row * Tr::kHeadDim + (lane & 3) * 2;
+#pragma unroll
+    for (int d = 0; d < Tr::kDAtoms; ++d)
+      *reinterpret_cast<float2*>(out + d * 8) = make_float2(o[a][d][2 * half] * inv, o[a][d][2 * half + 1] * inv);
+    if ((lane & 3) == 0) p.partial_lse[row] = lse;
+  });
+}
+
+}  // namespace spattn::cuda_detail

@@ -1,0 +1,44 @@
+// cuda/fwd_sm90/fwd_sm90.hpp - entry of the Hopper-native fused forward
+// kernel (sm_90a: TMA, wgmma, warp specialisation; fwd_sm90_kernel.cuh).
+//
+// The kernel tile its plans are derived with, whether this build and the
+// current device can run it, what it supports, and the launch, dispatched at
+// run time on dtype and head dim to the explicit instantiations in
+// cuda/instantiations/ (compiled only when the build targets sm90).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+
+#include "cuda/common/fwd_params.hpp"
+#include "cuda/plan/tile_plan.hpp"
+#include "spattn/dtype.hpp"
+
+namespace spattn::cuda_detail {
+
+constexpr TileShape kSm90Tile{128, 128};
+
+// True when this build holds sm_90a code and the current device has compute
+// capability 9.0 (sm_90a code runs on no other).
+bool fwd_sm90_available();
+
+// Head dims the kernel is built for, as "64, 128" (empty when not built).
+std::string fwd_sm90_head_dims();
+
+// Whether the kernel handles `head_dim` in this build.
+bool fwd_sm90_supports_head_dim(int64_t head_dim);
+
+// Launches the kernel for `dtype` (fp16 or bf16) and p.head_dim on `stream`
+// (a persistent grid of one CTA per multiprocessor), then the merge of split
+// rows. p.plan must be the plan of kSm90Tile; p.exclude must be None;
+// p.partial_o / p.partial_lse must hold partial_o_floats / partial_lse_floats(p,
+// kSm90Tile.rows) floats (split_combine.hpp) when the plan splits rows.
+void run_fwd_sm90(const FwdParams& p, DType dtype, cudaStream_t stream);
+
+// One instantiation per (element type, head dim), defined in cuda/instantiations/.
+template <typename T, int kHeadDim>
+void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream);
+
+}  // namespace spattn::cuda_detail

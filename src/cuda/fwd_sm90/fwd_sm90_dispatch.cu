@@ -1,0 +1,71 @@
+// cuda/fwd_sm90/fwd_sm90_dispatch.cu - run-time (dtype, head dim) ->
+// instantiation of the Hopper forward kernel, and whether it can run here.
+// Compiled in every CUDA build; the instantiations exist only when the build
+// targets sm90 (SPATTN_CUDA_SM90_HDIM_<d> for each head dim built).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <string>
+
+#include "cuda/fwd_sm90/fwd_sm90.hpp"
+#include "spattn/error.hpp"
+
+namespace spattn::cuda_detail {
+namespace {
+
+constexpr int kBuiltHeadDims[] = {
+#if defined(SPATTN_CUDA_SM90_HDIM_64)
+    64,
+#endif
+#if defined(SPATTN_CUDA_SM90_HDIM_128)
+    128,
+#endif
+    0};  // 0 ends the list (never a head dim)
+
+constexpr bool is_built(int64_t head_dim) {
+  for (const int d : kBuiltHeadDims)
+    if (d != 0 && d == head_dim) return true;
+  return false;
+}
+
+template <typename T>
+void run_typed(const FwdParams& p, cudaStream_t stream) {
+  switch (p.head_dim) {
+    case 64: if constexpr (is_built(64)) return launch_fwd_sm90<T, 64>(p, stream); break;
+    case 128: if constexpr (is_built(128)) return launch_fwd_sm90<T, 128>(p, stream); break;
+  }
+  fail("CUDA backend: the sm90 kernel's head_dim must be one of ", fwd_sm90_head_dims(), " in this build, got ",
+       p.head_dim);
+}
+
+}  // namespace
+
+bool fwd_sm90_available() {
+  if (kBuiltHeadDims[0] == 0) return false;
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    cudaGetLastError();  // no usable device: clear the (non-sticky) error and say no
+    return false;
+  }
+  return major == 9 && minor == 0;
+}
+
+std::string fwd_sm90_head_dims() {
+  std::string s;
+  for (const int d : kBuiltHeadDims)
+    if (d != 0) s += (s.empty() ? "" : ", ") + std::to_string(d);
+  return s;
+}
+
+bool fwd_sm90_supports_head_dim(int64_t head_dim) { return is_built(head_dim); }
+
+void run_fwd_sm90(const FwdParams& p, DType dtype, cudaStream_t stream) {
+  require(p.exclude.kind == Exclusion::None, "CUDA backend: the sm90 kernel does not run dilated splits");
+  if (dtype == DType::BF16) return run_typed<__nv_bfloat16>(p, stream);
+  if (dtype == DType::F16) return run_typed<__half>(p, stream);
+  fail("CUDA backend: inputs must be fp16 or bf16, got ", dtype_name(dtype));
+}
+
+}  // namespace spattn::cuda_detail

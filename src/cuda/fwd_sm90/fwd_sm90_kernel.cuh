@@ -1,0 +1,362 @@
+// cuda/fwd_sm90/fwd_sm90_kernel.cuh - the Hopper-native fused block-sparse
+// attention forward kernel (sm_90a): TMA copies on mbarriers, wgmma, and warp
+// specialisation (FlashAttention-3 structure, one consumer warpgroup per 64
+// query rows).
+//
+// Persistent grid: CTA c takes work units c, c + gridDim.x, ... of the plan's
+// items (longest first, tile_plan.hpp) times (batch, head in the mask head).
+// Per work unit both roles walk the same kept key tiles (tile_walk.cuh):
+//   producer (one thread): Q (once per unit, when the consumers have freed
+//     it), then for each kept tile, into the next free stage of the ring:
+//     K(n) on "K full", V(n) on "V full"; only kept tiles are ever loaded.
+//   consumers (two warpgroups, 64 rows each), per tile:
+//     wait K(n); S = Q K(n)^T            (wgmma, both from shared memory)
+//     mask S: nothing on full tiles, key bounds on a ragged last tile, the
+//             sub-block bits and the pattern predicate on partial tiles
+//             (tile_mask.cuh, the same code as the sm80 kernel)
+//     online softmax in fp32 with exp2   (online_softmax.cuh)
+//     wait V(n); O += P V(n)             (wgmma, P from registers, V read
+//                                         transposed from shared memory)
+//     free stage n
+//   with P(n-1) V(n-1) running on the tensor cores during the softmax of
+//   tile n (consume_unit).
+//   then O / l and the LSE (or a split row's partial result) are written.
+// Rows past q_len and keys past k_len arrive as zeros (TMA fills outside the
+// tensor); key bounds are masked in registers, rows past q_len never written.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/common/fwd_params.hpp"
+#include "cuda/common/online_softmax.cuh"
+#include "cuda/common/ptx_sm80.cuh"
+#include "cuda/common/ptx_sm90.cuh"
+#include "cuda/common/sequence_span.hpp"
+#include "cuda/common/tile_mask.cuh"
+#include "cuda/common/tile_walk.cuh"
+#include "cuda/fwd_sm90/fwd_sm90_traits.cuh"
+#include "cuda/fwd_sm90/tensor_maps.hpp"
+#include "spattn/pattern_terms.hpp"
+
+namespace spattn::cuda_detail {
+
+// The expression partial tiles read when the mask has none (every partial
+// tile of such a plan has only full sub-blocks, so it is never evaluated).
+__device__ const PatternExpr kNoPatternExpr{};
+
+// One work unit of the persistent grid: a plan item for one (batch, head).
+struct Sm90Work {
+  WorkItem item;
+  int64_t copy = 0, b = 0, h = 0, kv_head = 0, q0 = 0;
+
+  __device__ __forceinline__ static Sm90Work at(const FwdParams& p, int64_t unit, int64_t block_m) {
+    const DeviceTilePlanView& plan = p.plan;
+    const int64_t heads_per_mask_head = p.q_heads / plan.blocks.num_heads;
+    const int64_t copies = p.batch * heads_per_mask_head;
+    Sm90Work w;
+    w.item = plan.items[unit / copies];
+    w.copy = unit % copies;
+    w.b = w.copy / heads_per_mask_head;
+    w.h = w.item.row / plan.num_q_tiles * heads_per_mask_head + w.copy % heads_per_mask_head;
+    w.kv_head = w.h / (p.q_heads / p.kv_heads);
+    w.q0 = w.item.row % plan.num_q_tiles * block_m;
+    return w;
+  }
+};
+
+// Shared-memory addresses of the pipeline (layout in fwd_sm90_traits.cuh).
+template <typename Tr>
+struct Sm90Smem {
+  uint32_t base;
+  __device__ __forceinline__ uint32_t q() const { return base; }
+  __device__ __forceinline__ uint32_t k(int stage) const { return base + Tr::kKOffset + stage * Tr::kKVBytes; }
+  __device__ __forceinline__ uint32_t v(int stage) const { return base + Tr::kVOffset + stage * Tr::kKVBytes; }
+  __device__ __forceinline__ uint32_t q_full() const { return base + Tr::kBarrierOffset; }
+  __device__ __forceinline__ uint32_t q_free() const { return base + Tr::kBarrierOffset + 8; }
+  __device__ __forceinline__ uint32_t k_full(int stage) const { return base + Tr::kBarrierOffset + 16 + 8 * stage; }
+  __device__ __forceinline__ uint32_t v_full(int stage) const {
+    return base + Tr::kBarrierOffset + 16 + 8 * (Tr::kStages + stage);
+  }
+  __device__ __forceinline__ uint32_t k_free(int stage) const {
+    return base + Tr::kBarrierOffset + 16 + 8 * (2 * Tr::kStages + stage);
+  }
+  __device__ __forceinline__ uint32_t v_free(int stage) const {
+    return base + Tr::kBarrierOffset + 16 + 8 * (3 * Tr::kStages + stage);
+  }
+};
+
+// A ring position: the stage and the parity of its current use.
+template <int kStages>
+struct RingSlot {
+  int stage = 0;
+  uint32_t parity = 0;
+  __device__ __forceinline__ void advance() {
+    if (++stage == kStages) {
+      stage = 0;
+      parity ^= 1u;
+    }
+  }
+};
+
+// Copies rows [row0, row0 + rows) of one (batch, head) slice, all panels, to
+// `dst` (panel after panel) and completes the bytes on `bar`.
+template <typename Tr>
+__device__ __forceinline__ void tma_load_tile(uint32_t dst, uint32_t panel_bytes, const CUtensorMap& map,
+                                              uint32_t bar, int64_t row0, int64_t h, int64_t b) {
+#pragma unroll
+  for (int panel = 0; panel < Tr::kPanels; ++panel)
+    tma_load_4d(dst + panel * panel_bytes, &map, bar, panel * Tr::kPanelCols, static_cast<int32_t>(row0),
+                static_cast<int32_t>(h), static_cast<int32_t>(b));
+}
+
+template <typename Tr>
+__device__ __forceinline__ void produce(const FwdParams& p, const Sm90TensorMaps& maps, const Sm90Smem<Tr>& sm,
+                                        int64_t units) {
+  const DeviceTilePlanView& plan = p.plan;
+  const int64_t tiles_per_block = plan.blocks.block_k / Tr::kBlockN;
+  RingSlot<Tr::kStages> slot;
+  uint32_t q_loads = 0;
+  for (int64_t unit = blockIdx.x; unit < units; unit += gridDim.x) {
+    const Sm90Work w = Sm90Work::at(p, unit, Tr::kBlockM);
+    TileWalk walk = TileWalk::entries(w.item.begin, w.item.end);
+    if (!walk.valid(plan, tiles_per_block)) continue;
+    if (q_loads > 0) mbarrier_wait(sm.q_free(), (q_loads - 1) & 1u);  // the last unit's S products are done
+    ++q_loads;
+    mbarrier_arrive_expect_tx(sm.q_full(), Tr::kQBytes);
+    tma_load_tile<Tr>(sm.q(), Tr::kQPanelBytes, maps.q, sm.q_full(), w.q0, w.h, w.b);
+    do {
+      const int64_t k0 = walk.key_tile(plan, tiles_per_block) * Tr::kBlockN;
+      mbarrier_wait(sm.k_free(slot.stage), slot.parity ^ 1u);
+      mbarrier_arrive_expect_tx(sm.k_full(slot.stage), Tr::kKVBytes);
+      tma_load_tile<Tr>(sm.k(slot.stage), Tr::kKVPanelBytes, maps.k, sm.k_full(slot.stage), k0, w.kv_head, w.b);
+      mbarrier_wait(sm.v_free(slot.stage), slot.parity ^ 1u);
+      mbarrier_arrive_expect_tx(sm.v_full(slot.stage), Tr::kKVBytes);
+      tma_load_tile<Tr>(sm.v(slot.stage), Tr::kKVPanelBytes, maps.v, sm.v_full(slot.stage), k0, w.kv_head, w.b);
+      slot.advance();
+      walk.advance(tiles_per_block);
+    } while (walk.valid(plan, tiles_per_block));
+  }
+}
+
+// The order in which the two consumer warpgroups issue their products: in
+// turns (group 0, group 1, group 0, ...), so that one warpgroup's softmax runs
+// while the other's products occupy the tensor cores (ping-pong). Each
+// group waits on its own named barrier, which the other group's pass_turn
+// (and, once, group 1's start) completes; both groups issue the same number
+// of times, since they walk the same tiles.
+struct IssueOrder {
+  int group;
+  __device__ __forceinline__ void start() const {
+    if (group == 1) named_barrier_arrive(kFirstBarrier, 256);
+  }
+  __device__ __forceinline__ void wait_turn() const {
+    named_barrier_sync(kFirstBarrier + group, 256);
+  }
+  __device__ __forceinline__ void pass_turn() const {
+    named_barrier_arrive(kFirstBarrier + 1 - group, 256);
+  }
+  static constexpr int kFirstBarrier = 1;  // barrier 0 is __syncthreads
+};
+
+// Issues s = Q(rows of this warpgroup) K^T over the whole head dim as one
+// wgmma group (not waited for).
+template <typename Tr>
+__device__ __forceinline__ void issue_qk(float (&s)[1][Tr::kNAtoms][4], uint32_t sQ, uint32_t sK, int group) {
+  using T = typename Tr::T;
+  wgmma_fence_operands(s);
+  wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < Tr::kHeadDim / 16; ++ks) {
+    const uint32_t panel = ks / 4, step = (ks % 4) * 32;  // 16 elements = 32 bytes along the 128-byte row
+    const uint64_t a = smem_descriptor(sQ + panel * Tr::kQPanelBytes + group * Tr::kGroupRows * 128 + step, 16, 1024);
+    const uint64_t b = smem_descriptor(sK + panel * Tr::kKVPanelBytes + step, 16, 1024);
+    wgmma_ss<T, Tr::kBlockN>(s, a, b, ks > 0);
+  }
+  wgmma_commit();
+}
+
+// P (s, already exponentiated) rounded to T as the A fragments of the 16-key
+// steps of P V.
+template <typename Tr>
+__device__ __forceinline__ void pack_p(const float (&s)[1][Tr::kNAtoms][4], uint32_t (&pa)[Tr::kBlockN / 16][4]) {
+  using T = typename Tr::T;
+#pragma unroll
+  for (int kk = 0; kk < Tr::kBlockN / 16; ++kk) {
+    pa[kk][0] = pack2<T>(s[0][2 * kk][0], s[0][2 * kk][1]);
+    pa[kk][1] = pack2<T>(s[0][2 * kk][2], s[0][2 * kk][3]);
+    pa[kk][2] = pack2<T>(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
+    pa[kk][3] = pack2<T>(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
+  }
+}
+
+// Issues o += P V as one wgmma group (not waited for): V read transposed from
+// shared memory, 16 keys (16 rows of 128 bytes) per step.
+template <typename Tr>
+__device__ __forceinline__ void issue_pv(float (&o)[1][Tr::kDAtoms][4], const uint32_t (&pa)[Tr::kBlockN / 16][4],
+                                         uint32_t sV) {
+  using T = typename Tr::T;
+  wgmma_fence_operands(o);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
+    wgmma_rs<T, Tr::kHeadDim>(o, pa[kk], smem_descriptor(sV + kk * 16 * 128, Tr::kKVPanelBytes, 1024));
+  wgmma_commit();
+}
+
+// Masks a tile's scores: nothing on full tiles, key bounds on a ragged last
+// tile, `keep` on partial tiles.
+template <typename Tr>
+__device__ __forceinline__ void mask_scores(float (&s)[1][Tr::kNAtoms][4], bool full, uint64_t keep, int64_t k0,
+                                            int64_t k_len, int lane) {
+  if (!full) apply_keep_bits<Tr>(s, keep);
+  if (full && k0 + Tr::kBlockN > k_len) mask_key_bounds<Tr>(s, k_len - k0, lane);
+}
+
+// One work unit of a consumer warpgroup. Per tile n the products are issued
+// as
+//   S(n) = Q K(n)^T; O += P(n-1) V(n-1); wait S(n); mask, softmax of S(n)
+//   (O untouched); wait P V; free stage n-1; O *= correction(n); P(n) = S(n)
+// so the softmax of tile n runs while P(n-1) V(n-1) is on the tensor cores;
+// the last P V follows the loop.
+template <typename Tr>
+__device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<Tr>& sm, const Sm90Work& w,
+                                             RingSlot<Tr::kStages>& slot, uint32_t& q_parity,
+                                             const IssueOrder& schedule, int group, int warp, int lane) {
+  const DeviceTilePlanView& plan = p.plan;
+  const int64_t tiles_per_block = plan.blocks.block_k / Tr::kBlockN;
+  const PatternExpr& expr = p.mask.exprs != nullptr ? *p.mask.expr_for_head(w.h, p.q_heads) : kNoPatternExpr;
+  const SequenceSpan seq = sequence_span(p, w.b);  // a regular batch: varlen calls run on the sm80 kernel
+  float o[1][Tr::kDAtoms][4];
+  float m[1][2] = {{kNegInf, kNegInf}}, l[1][2] = {{0.0f, 0.0f}};
+#pragma unroll
+  for (int d = 0; d < Tr::kDAtoms; ++d)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) o[0][d][c] = 0.0f;
+
+  TileWalk tile = TileWalk::entries(w.item.begin, w.item.end);
+  if (tile.valid(plan, tiles_per_block)) {
+    // The current tile (`tile`, its first key, whether it is full) and the
+    // next one, whose plan entries are read while the current tile's products
+    // run, so that no global-memory latency sits between two issues.
+    int64_t k0 = tile.key_tile(plan, tiles_per_block) * Tr::kBlockN;
+    bool full = tile.full(plan);
+    TileWalk next = tile;
+    bool has_next = false, next_full = true;
+    int64_t next_k0 = 0;
+    const auto read_next = [&] {
+      next = tile;
+      next.advance(tiles_per_block);
+      has_next = next.valid(plan, tiles_per_block);
+      if (has_next) {
+        next_k0 = next.key_tile(plan, tiles_per_block) * Tr::kBlockN;
+        next_full = next.full(plan);
+      }
+    };
+    // Keep bits of a partial tile, computed before S is live.
+    uint64_t keep = full ? ~uint64_t{0} : partial_keep_bits<Tr>(p, expr, tile, seq, w.h, w.q0, k0, warp, lane);
+    float s[1][Tr::kNAtoms][4];
+    uint32_t pa[Tr::kBlockN / 16][4];
+    mbarrier_wait(sm.q_full(), q_parity);
+    q_parity ^= 1u;
+
+    mbarrier_wait(sm.k_full(slot.stage), slot.parity);
+    schedule.wait_turn();
+    issue_qk<Tr>(s, sm.q(), sm.k(slot.stage), group);
+    schedule.pass_turn();
+    read_next();
+    wgmma_wait<0>();
+    wgmma_fence_operands(s);
+    mbarrier_arrive(sm.k_free(slot.stage));
+    if (!has_next) mbarrier_arrive(sm.q_free());  // this unit's last read of Q is done
+    mask_scores<Tr>(s, full, keep, k0, seq.k_len, lane);
+    softmax_update<Tr>(s, o, m, l, p.scale_log2);
+    pack_p<Tr>(s, pa);
+    RingSlot<Tr::kStages> previous = slot;
+    slot.advance();
+
+    while (has_next) {
+      tile = next;
+      k0 = next_k0;
+      full = next_full;
+      keep = full ? ~uint64_t{0} : partial_keep_bits<Tr>(p, expr, tile, seq, w.h, w.q0, k0, warp, lane);
+      mbarrier_wait(sm.k_full(slot.stage), slot.parity);
+      mbarrier_wait(sm.v_full(previous.stage), previous.parity);
+      schedule.wait_turn();
+      issue_qk<Tr>(s, sm.q(), sm.k(slot.stage), group);
+      issue_pv<Tr>(o, pa, sm.v(previous.stage));
+      schedule.pass_turn();
+      read_next();
+      wgmma_wait<1>();  // S(n) done; P(n-1) V(n-1) may still run
+      wgmma_fence_operands(s);
+      mbarrier_arrive(sm.k_free(slot.stage));
+      if (!has_next) mbarrier_arrive(sm.q_free());
+      mask_scores<Tr>(s, full, keep, k0, seq.k_len, lane);
+      float correction[1][2];
+      const bool max_moved = softmax_scores<Tr>(s, m, l, p.scale_log2, correction);
+      wgmma_wait<0>();
+      wgmma_fence_operands(o);
+      mbarrier_arrive(sm.v_free(previous.stage));
+      if (max_moved) rescale_output<Tr>(o, correction);
+      pack_p<Tr>(s, pa);
+      previous = slot;
+      slot.advance();
+    }
+    mbarrier_wait(sm.v_full(previous.stage), previous.parity);
+    schedule.wait_turn();
+    issue_pv<Tr>(o, pa, sm.v(previous.stage));
+    schedule.pass_turn();
+    wgmma_wait<0>();
+    wgmma_fence_operands(o);
+    mbarrier_arrive(sm.v_free(previous.stage));
+  }
+  const int64_t copies = p.batch * (p.q_heads / plan.blocks.num_heads);
+  if (w.item.slot < 0)
+    write_output<Tr>(p, o, m, l, seq, w.h, w.q0, warp, lane);
+  else
+    write_partial<Tr>(p, o, m, l, (w.item.slot * copies + w.copy) * Tr::kBlockM, warp, lane);
+}
+
+template <typename Tr>
+__device__ __forceinline__ void consume(const FwdParams& p, const Sm90Smem<Tr>& sm, int64_t units) {
+  const int consumer_thread = static_cast<int>(threadIdx.x) - 128;
+  const int group = consumer_thread / 128, warp = consumer_thread / 32, lane = consumer_thread % 32;
+  RingSlot<Tr::kStages> slot;
+  uint32_t q_parity = 0;
+  const IssueOrder schedule{group};
+  schedule.start();
+  for (int64_t unit = blockIdx.x; unit < units; unit += gridDim.x)
+    consume_unit<Tr>(p, sm, Sm90Work::at(p, unit, Tr::kBlockM), slot, q_parity, schedule, group, warp, lane);
+}
+
+template <typename Tr>
+__global__ void __launch_bounds__(Tr::kThreads, 1)
+    fwd_sm90_kernel(const FwdParams p, const __grid_constant__ Sm90TensorMaps maps) {
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const Sm90Smem<Tr> sm{(smem_address(smem) + 1023u) & ~1023u};
+  const int64_t units = p.plan.num_items * p.batch * (p.q_heads / p.plan.blocks.num_heads);
+
+  if (threadIdx.x == 0) {
+    mbarrier_init(sm.q_full(), 1);
+    mbarrier_init(sm.q_free(), Tr::kConsumerThreads);
+    for (int stage = 0; stage < Tr::kStages; ++stage) {
+      mbarrier_init(sm.k_full(stage), 1);
+      mbarrier_init(sm.v_full(stage), 1);
+      mbarrier_init(sm.k_free(stage), Tr::kConsumerThreads);
+      mbarrier_init(sm.v_free(stage), Tr::kConsumerThreads);
+    }
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+
+  if (threadIdx.x < 128) {
+    warpgroup_release_registers<Tr::kProducerRegisters>();
+    if (threadIdx.x == 0) produce<Tr>(p, maps, sm, units);
+  } else {
+    warpgroup_claim_registers<Tr::kConsumerRegisters>();
+    consume<Tr>(p, sm, units);
+  }
+}
+
+}  // namespace spattn::cuda_detail

@@ -1,0 +1,43 @@
+// cuda/fwd_sm90/fwd_sm90_launch.cuh - the launch of one instantiation of the
+// Hopper forward kernel: the tensor maps of q, k and v, the dynamic
+// shared-memory limit, a persistent grid of one CTA per multiprocessor (or
+// fewer when there is less work), then the merge of split rows.
+#pragma once
+
+#include <algorithm>
+#include <type_traits>
+
+#include "cuda/common/cuda_check.hpp"
+#include "cuda/common/split_combine.hpp"
+#include "cuda/fwd_sm90/fwd_sm90.hpp"
+#include "cuda/fwd_sm90/fwd_sm90_kernel.cuh"
+#include "cuda/fwd_sm90/tensor_maps.hpp"
+
+namespace spattn::cuda_detail {
+
+template <typename T, int kHeadDim>
+void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
+  using Tr = Sm90Traits<T, kHeadDim>;
+  static_assert(Tr::kBlockM == kSm90Tile.rows && Tr::kBlockN == kSm90Tile.cols, "tile plan and kernel tile agree");
+  const DType dtype = std::is_same_v<T, __nv_bfloat16> ? DType::BF16 : DType::F16;
+  Sm90TensorMaps maps;
+  maps.q = make_tile_tensor_map(p.q, dtype, p.batch, p.q_heads, p.q_len, kHeadDim, Tr::kBlockM);
+  maps.k = make_tile_tensor_map(p.k, dtype, p.batch, p.kv_heads, p.k_len, kHeadDim, Tr::kBlockN);
+  maps.v = make_tile_tensor_map(p.v, dtype, p.batch, p.kv_heads, p.k_len, kHeadDim, Tr::kBlockN);
+
+  const auto kernel = fwd_sm90_kernel<Tr>;
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes),
+             "cudaFuncSetAttribute(fwd_sm90 shared memory)");
+  int device = 0, sms = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+  const int64_t units = p.plan.num_items * p.batch * (p.q_heads / p.plan.blocks.num_heads);
+  const int64_t ctas = std::min<int64_t>(units, sms);
+  if (ctas > 0) {
+    kernel<<<static_cast<unsigned>(ctas), Tr::kThreads, Tr::kSmemBytes, stream>>>(p, maps);
+    check_launch("fwd_sm90 kernel launch");
+  }
+  if (p.plan.num_split_rows > 0) launch_split_combine<T>(p, Tr::kBlockM, stream);
+}
+
+}  // namespace spattn::cuda_detail

@@ -1,0 +1,59 @@
+// cuda/fwd_sm90/fwd_sm90_traits.cuh - tile shapes, warp roles and the
+// shared-memory layout of the Hopper forward kernel.
+//
+// A CTA computes a 128-row query tile against 128-key tiles with three
+// warpgroups: warpgroup 0 is the producer (one thread issues the TMA copies;
+// it keeps few registers), warpgroups 1 and 2 are consumers, each owning 64
+// query rows (one wgmma m64 tile; warp w of the pair owns rows 16 w .. 16 w +
+// 15 in the m16n8 accumulator layout, so the shared mask and softmax code of
+// the sm80 kernel applies with kMAtoms = 1, kNAtoms = 16).
+//
+// Shared memory, every tile in 64-column panels of 128-byte rows with the
+// 128-byte swizzle (what the TMA writes and wgmma reads; ptx_sm90.cuh):
+//   Q            kPanels x (128 rows x 128 B)
+//   K, V stage s kPanels x (128 keys x 128 B) each, kStages stages
+//   mbarriers    Q full / Q free, and per stage K full, V full, K free, V free
+#pragma once
+
+#include <cstdint>
+
+namespace spattn::cuda_detail {
+
+template <typename T_, int kHeadDim_>
+struct Sm90Traits {
+  using T = T_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = 128;  // query rows per CTA
+  static constexpr int kBlockN = 128;  // keys per tile
+  static constexpr int kConsumerGroups = 2;
+  static constexpr int kConsumerThreads = kConsumerGroups * 128;
+  static constexpr int kThreads = 128 + kConsumerThreads;
+  static constexpr int kGroupRows = kBlockM / kConsumerGroups;  // rows of one wgmma m64 tile
+  static constexpr int kMAtoms = 1;                              // 16-row MMA tiles per warp
+  static constexpr int kWarpRows = 16;
+  static constexpr int kNAtoms = kBlockN / 8;
+  static constexpr int kDAtoms = kHeadDim / 8;
+  static constexpr int kStages = kHeadDim <= 64 ? 5 : 3;
+  // Registers per thread after setmaxnreg: 128 x 24 + 256 x 240 <= 65536.
+  static constexpr int kProducerRegisters = 24;
+  static constexpr int kConsumerRegisters = 240;
+
+  static constexpr int kPanelCols = 128 / static_cast<int>(sizeof(T));  // elements per 128-byte row
+  static constexpr int kPanels = kHeadDim / kPanelCols;
+  static constexpr uint32_t kQPanelBytes = kBlockM * 128;
+  static constexpr uint32_t kKVPanelBytes = kBlockN * 128;
+  static constexpr uint32_t kQBytes = kPanels * kQPanelBytes;
+  static constexpr uint32_t kKVBytes = kPanels * kKVPanelBytes;
+  static constexpr uint32_t kKOffset = kQBytes;
+  static constexpr uint32_t kVOffset = kKOffset + kStages * kKVBytes;
+  static constexpr uint32_t kBarrierOffset = kVOffset + kStages * kKVBytes;
+  static constexpr int kBarriers = 2 + 4 * kStages;
+  // 1024 bytes of slack: the dynamic shared memory is aligned to 1024 by hand.
+  static constexpr int kSmemBytes = static_cast<int>(kBarrierOffset) + kBarriers * 8 + 1024;
+
+  static_assert(kHeadDim % kPanelCols == 0, "head dim is a whole number of 128-byte panels");
+  static_assert(kMAtoms * kNAtoms * 4 <= 64, "the partial-tile mask is one 64-bit word per thread");
+  static_assert(kSmemBytes <= 227 * 1024, "fits the shared memory of an sm90 CTA");
+};
+
+}  // namespace spattn::cuda_detail

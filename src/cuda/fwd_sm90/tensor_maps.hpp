@@ -1,0 +1,30 @@
+// cuda/fwd_sm90/tensor_maps.hpp - the TMA tensor maps of the Hopper forward
+// kernel, built on the host for each call (they are kernel arguments, so a
+// captured graph keeps its own copy).
+//
+// A (B, H, L, D) tensor with arbitrary strides is described as a 4-d tiled
+// tensor map with dimensions (D, L, H, B), boxes of 128 bytes of D by
+// `box_rows` rows of L, the 128-byte swizzle, and zero fill outside the
+// tensor. cuTensorMapEncodeTiled is reached through the runtime's driver entry
+// point, so nothing links the driver library.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "cuda/common/fwd_params.hpp"
+#include "spattn/dtype.hpp"
+
+namespace spattn::cuda_detail {
+
+// The Hopper kernel's Q, K and V maps; passed as one __grid_constant__ argument.
+struct Sm90TensorMaps {
+  CUtensorMap q, k, v;
+};
+
+// Throws spattn::Error when the driver rejects the description.
+CUtensorMap make_tile_tensor_map(const TensorArg& t, DType dtype, int64_t batch, int64_t heads, int64_t len,
+                                 int64_t head_dim, int box_rows);
+
+}  // namespace spattn::cuda_detail

@@ -1,0 +1,214 @@
+// tests/cpp/gpu_test_kernels.cpp - the two fused CUDA kernels, each forced
+// (cuda_set_kernel), against the fp64 reference on the key cases: every
+// pattern but the dilated split (portable kernel only), both dtypes, head dims
+// 64 and 128, odd lengths, Lq != Lk both ways, GQA, batches, both layouts,
+// mask blocks 16..256, rows with no allowed key, split rows. The Hopper kernel
+// (sm90) runs only on a device of compute capability 9.0 with a build for it;
+// elsewhere its cases are skipped.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "gpu_test_support.hpp"
+#include "pattern_cases.hpp"
+
+namespace spattn::testing {
+namespace {
+
+// Forces a kernel for the scope of the object, then restores the previous choice.
+class ForcedKernel {
+ public:
+  explicit ForcedKernel(CudaKernel kernel) : previous_(cuda_kernel()) { cuda_set_kernel(kernel); }
+  ~ForcedKernel() { cuda_set_kernel(previous_); }
+  ForcedKernel(const ForcedKernel&) = delete;
+  ForcedKernel& operator=(const ForcedKernel&) = delete;
+
+ private:
+  CudaKernel previous_;
+};
+
+class GpuKernels : public ::testing::TestWithParam<CudaKernel> {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    if (GetParam() == CudaKernel::Sm90 && !cuda_sm90_kernel_available())
+      GTEST_SKIP() << "the sm90 kernel needs a device of compute capability 9.0 and a build for it";
+    forced_ = std::make_unique<ForcedKernel>(GetParam());
+  }
+  void TearDown() override { forced_.reset(); }
+
+ private:
+  std::unique_ptr<ForcedKernel> forced_;
+};
+
+TEST_P(GpuKernels, EveryPatternBothDtypesBothHeadDims) {
+  std::mt19937_64 rng(2101);
+  const int64_t L = 1000, heads = 4;
+  std::vector<Case> cases = {
+      dense_case(false), causal_case(), block_diagonal_case(100, false), sliding_window_case(64, 32, false),
+      window_case(200), streaming_case(16, 100), strided_case(37), fixed_case(64, 8),
+      bigbird_case(L, 64, 3, 1, 3, 7, false), longformer_case(64, {0, 500, 999}, false),
+      custom_case(rng, L, L, heads, 64, 64, 0.3, false, false),
+      per_head_case({streaming_case(8, 50), dense_case(true)}, heads)};
+  uint64_t seed = 2200;
+  for (const Case& c : cases)
+    for (DType dtype : {DType::BF16, DType::F16})
+      for (int64_t d : {64, 128}) {
+        GpuProblem pr;
+        pr.pattern = c.pattern;
+        pr.dtype = pr.out_dtype = dtype;
+        pr.q_heads = pr.kv_heads = heads;
+        pr.q_len = pr.k_len = L;
+        pr.head_dim = d;
+        pr.block_q = pr.block_k = 64;
+        expect_matches_reference(pr, seed++);
+      }
+}
+
+TEST_P(GpuKernels, OddLengthsAndUnequalLengths) {
+  uint64_t seed = 2300;
+  for (int64_t L : {1, 17, 1000, 4099})
+    for (const Pattern& pattern : {Pattern::causal(), Pattern::sliding_window(257), Pattern::dense()}) {
+      GpuProblem pr;
+      pr.pattern = pattern;
+      pr.q_heads = pr.kv_heads = 1;
+      pr.q_len = pr.k_len = L;
+      pr.head_dim = seed % 2 ? 64 : 128;
+      expect_matches_reference(pr, seed++);
+    }
+  // Lq > Lk gives causal rows before position 0: no allowed key, O = 0, LSE = -inf.
+  for (auto [lq, lk] : {std::pair<int64_t, int64_t>{300, 1000}, {1000, 300}, {129, 65}, {65, 129}, {1, 4099}})
+    for (const Pattern& pattern : {Pattern::causal(), Pattern::streaming(4, 64), Pattern::dense()}) {
+      GpuProblem pr;
+      pr.pattern = pattern;
+      pr.q_len = lq;
+      pr.k_len = lk;
+      pr.head_dim = 128;
+      pr.dtype = pr.out_dtype = seed % 2 ? DType::F16 : DType::BF16;
+      expect_matches_reference(pr, seed++);
+    }
+}
+
+TEST_P(GpuKernels, GroupedQueryHeadsBatchesAndLayouts) {
+  uint64_t seed = 2400;
+  for (int64_t kv_heads : {8, 2, 1})
+    for (Layout layout : {Layout::BHLD, Layout::BLHD})
+      for (const Pattern& pattern : {Pattern::causal(), Pattern::sliding_window(100, 30)}) {
+        GpuProblem pr;
+        pr.pattern = pattern;
+        pr.batch = 2;
+        pr.q_heads = 8;
+        pr.kv_heads = kv_heads;
+        pr.q_len = pr.k_len = 390;
+        pr.layout = layout;
+        pr.head_dim = 128;
+        pr.out_dtype = seed % 3 == 0 ? DType::F32 : pr.dtype;
+        expect_matches_reference(pr, seed++);
+      }
+}
+
+TEST_P(GpuKernels, MaskBlockSizesAndEmptyRows) {
+  std::mt19937_64 rng(2500);
+  uint64_t seed = 2500;
+  for (int64_t bq : {16, 64, 128, 256})
+    for (int64_t bk : {16, 64, 128, 256}) {
+      GpuProblem pr;
+      pr.q_len = pr.k_len = 700;
+      pr.block_q = bq;
+      pr.block_k = bk;
+      pr.head_dim = 128;
+      pr.pattern = Pattern::sliding_window(150, 40);
+      expect_matches_reference(pr, seed++);
+      pr.pattern = custom_case(rng, 700, 700, 1, 48, 80, 0.3, true, false).pattern;
+      expect_matches_reference(pr, seed++);
+    }
+  // Row blocks 1 and 3 keep nothing.
+  const std::vector<uint8_t> blocks = {1, 0, 1, 0, 0, 0, 0, 0, 0, 1, 1, 1, 0, 0, 0, 0};
+  GpuProblem pr;
+  pr.pattern = Pattern::custom(blocks, 1, 4, 4, 64, 64);
+  pr.q_len = pr.k_len = 250;
+  pr.block_q = pr.block_k = 64;
+  expect_matches_reference(pr, seed++);
+  pr.out_dtype = DType::F32;
+  expect_matches_reference(pr, seed++);
+}
+
+TEST_P(GpuKernels, SplitLongRows) {
+  uint64_t seed = 2600;
+  for (const Pattern& pattern : {Pattern::longformer(128, {0, 1, 3000}), Pattern::bigbird(6000, 64, 3, 1, 3, 9)})
+    for (DType dtype : {DType::BF16, DType::F16}) {
+      GpuProblem pr;
+      pr.pattern = pattern;
+      pr.dtype = pr.out_dtype = dtype;
+      pr.q_len = pr.k_len = 6000;
+      pr.q_heads = 4;
+      pr.kv_heads = 2;
+      pr.batch = 2;
+      pr.head_dim = 128;
+      pr.block_q = pr.block_k = 64;
+      expect_matches_reference(pr, seed++);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Forced, GpuKernels, ::testing::Values(CudaKernel::Sm80, CudaKernel::Sm90),
+                         [](const ::testing::TestParamInfo<CudaKernel>& info) {
+                           return info.param == CudaKernel::Sm80 ? "sm80" : "sm90";
+                         });
+
+// Small problems through each path of the Hopper kernel (mask walked directly
+// and through a derived plan, partial and ragged tiles, a split row);
+// scripts/gpu_check.sh runs these under compute-sanitizer.
+TEST(GpuSanitizerSm90, EachKernelPath) {
+  SPATTN_REQUIRE_GPU();
+  if (!cuda_sm90_kernel_available()) GTEST_SKIP() << "no sm90 kernel on this device and build";
+  const ForcedKernel forced(CudaKernel::Sm90);
+  GpuProblem pr;
+  pr.q_len = 150;
+  pr.k_len = 290;
+  pr.head_dim = 128;
+  pr.pattern = Pattern::causal();
+  expect_matches_reference(pr, 1);
+  pr.pattern = Pattern::sliding_window(40, 10);
+  pr.block_q = pr.block_k = 32;
+  pr.dtype = pr.out_dtype = DType::F16;
+  pr.head_dim = 64;
+  expect_matches_reference(pr, 2);
+  pr = GpuProblem{};
+  pr.pattern = Pattern::longformer(64, {0});
+  pr.q_heads = pr.kv_heads = 1;
+  pr.q_len = pr.k_len = 4400;
+  pr.head_dim = 128;
+  expect_matches_reference(pr, 3);
+}
+
+// Host-only: runs without a device too.
+TEST(GpuKernelChoice, SetReadBackAndAvailabilityWithoutThrowing) {
+  const ForcedKernel forced(CudaKernel::Sm80);
+  EXPECT_EQ(cuda_kernel(), CudaKernel::Sm80);
+  cuda_set_kernel(CudaKernel::Sm90);
+  EXPECT_EQ(cuda_kernel(), CudaKernel::Sm90);
+  const bool available = cuda_sm90_kernel_available();
+  if (cuda_device_count() == 0) {
+    EXPECT_FALSE(available);
+  }
+}
+
+TEST(GpuKernelChoice, ForcingSm90WhereItCannotRunThrows) {
+  SPATTN_REQUIRE_GPU();
+  const ForcedKernel forced(CudaKernel::Sm90);
+  GpuProblem pr;
+  pr.head_dim = cuda_sm90_kernel_available() ? 32 : 128;
+  EXPECT_THROW(run_on_gpu(pr, 1), Error);
+  if (cuda_sm90_kernel_available()) {
+    pr.head_dim = 128;
+    pr.pattern = Pattern::unite(Pattern::dilated({256}, {4}, true), Pattern::sliding_window(64));
+    pr.q_heads = pr.kv_heads = 4;
+    pr.q_len = pr.k_len = 1024;
+    EXPECT_THROW(run_on_gpu(pr, 2), Error);
+  }
+}
+
+}  // namespace
+}  // namespace spattn::testing

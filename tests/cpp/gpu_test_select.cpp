@@ -197,6 +197,11 @@ TEST(GpuSelect, MatchesTheHostSelector) {
       {1, 2, 1, 200, 32768, 32, DType::F32, false, make_config(64, 16, 40, {}, false, 1, 2, 0, 0, false)},
       // A head dim that is not a multiple of 4 (scalar scoring), groups of 3 query heads.
       {1, 6, 2, 700, 900, 30, DType::F32, false, make_config(64, 32, {}, 0.8, true, 1, 2, 0, 0, false)},
+      // Budgets around topk and tau: min_blocks above topk, max_blocks below what tau asks for.
+      {1, 4, 2, 2048, 2048, 64, DType::BF16, true, make_config(64, 64, 4, {}, true, 1, 1, 7, 10, false)},
+      {1, 4, 4, 2048, 2048, 64, DType::BF16, true, make_config(64, 64, {}, 0.99, false, 1, 1, 0, 6, true)},
+      // topk at the number of allowed blocks of the last rows, no forced blocks.
+      {1, 2, 2, 1024, 1024, 64, DType::F32, false, make_config(64, 64, 16, {}, true, 0, 0, 0, 0, false)},
   };
   std::mt19937_64 rng(301);
   Agreement total;
@@ -229,6 +234,42 @@ TEST(GpuSelect, MatchesTheHostSelector) {
     }
   }
   EXPECT_LT(total.differing * 100, total.rows) << total.differing << " of " << total.rows << " rows differ";
+}
+
+// Key blocks that are copies of each other score exactly alike on both
+// sides, so every row holds runs of exact ties, which go to the lower block
+// index: the masks must be equal, row for row, in both modes and with budgets.
+TEST(GpuSelect, ExactTiesGoToTheLowerBlockIndex) {
+  SPATTN_REQUIRE_GPU();
+  constexpr int64_t kBlock = 64, kBlocks = 40, kDistinct = 3, D = 64;
+  HostTensor q(DType::F32, 1, 4, kBlock * kBlocks, D), k(DType::F32, 1, 2, kBlock * kBlocks, D);
+  std::mt19937_64 rng(303);
+  q.fill_random(rng);
+  k.fill_random(rng);
+  const size_t row_bytes = sizeof(float) * D, block_bytes = row_bytes * kBlock;
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t c = kDistinct; c < kBlocks; ++c) {
+      unsigned char* head = k.bytes.data() + h * block_bytes * kBlocks;
+      std::copy_n(head + (c % kDistinct) * block_bytes, block_bytes, head + c * block_bytes);
+    }
+  const SelectConfig configs[] = {
+      make_config(kBlock, kBlock, 6, {}, true, 1, 1, 0, 0, false),
+      make_config(kBlock, kBlock, 9, {}, false, 0, 2, 0, 0, true),
+      make_config(kBlock, kBlock, {}, 0.5, true, 1, 1, 0, 0, false),
+      make_config(kBlock, kBlock, {}, 0.8, false, 2, 0, 3, 11, false),
+      make_config(kBlock, kBlock, {}, 1.0, true, 0, 1, 0, 0, false),
+  };
+  DeviceTensor dq(q), dk(k);
+  for (const SelectConfig& c : configs) {
+    SCOPED_TRACE(::testing::Message() << (c.topk ? "topk " : "tau ") << (c.topk ? *c.topk : *c.tau));
+    BlockSelector selector(c, shape_of(q, k));
+    selector.run(dq.view(), dk.view(), nullptr);
+    cuda_ok(cudaDeviceSynchronize(), "selection kernels");
+    const BlockMask got = selector.download(0), want = select_blocks(q.view, k.view, c);
+    EXPECT_EQ(got.row_offsets(), want.row_offsets());
+    EXPECT_EQ(got.kv_indices(), want.kv_indices());
+    EXPECT_EQ(got.kv_full(), want.kv_full());
+  }
 }
 
 TEST(GpuSelect, GraphCaptureGivesTheSameMask) {

@@ -255,7 +255,7 @@ TEST(GpuSelect, ExactTiesGoToTheLowerBlockIndex) {
   const SelectConfig configs[] = {
       make_config(kBlock, kBlock, 6, {}, true, 1, 1, 0, 0, false),
       make_config(kBlock, kBlock, 9, {}, false, 0, 2, 0, 0, true),
-      make_config(kBlock, kBlock, {}, 0.5, true, 1, 1, 0, 0, false),
+      make_config(kBlock, kBlock, {}, 0.55, true, 1, 1, 0, 0, false),
       make_config(kBlock, kBlock, {}, 0.8, false, 2, 0, 3, 11, false),
       make_config(kBlock, kBlock, {}, 1.0, true, 0, 1, 0, 0, false),
   };

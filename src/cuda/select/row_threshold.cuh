@@ -5,9 +5,9 @@
 // row (allowed, not forced; higher probability first, ties to the lower block
 // index) are those above a threshold in the bits of their probability, plus
 // the lowest-indexed of those equal to it. radix_search finds that threshold
-// 8 bits at a time with a 256-bin histogram per row in shared memory (at most
-// four passes over the row, fewer when the bin that holds the cut holds
-// exactly the blocks still wanted): by count for topk and the budgets, by
+// about 8 bits at a time with a 256-bin histogram per row in shared memory
+// (at most four passes over the row, fewer when the bin that holds the cut
+// holds exactly the blocks still wanted): by count for topk and the budgets, by
 // probability mass for tau, where each bin also sums the mass of its blocks in
 // 32-bit fixed point (integer adds, so the result does not depend on the
 // order of the atomics). store_kept then compacts the forced blocks and the
@@ -23,6 +23,11 @@ namespace spattn::cuda_detail::select_kernels {
 
 constexpr int kRadixBits = 8;
 constexpr int kRadixBins = 1 << kRadixBits;
+// Bit 31 of a rank is 0, so the first pass takes the 8 exponent bits (which
+// spread a row's probabilities over many bins), the last one the low 7 bits
+// (its top bit is already fixed).
+constexpr int kRadixPasses = 4;
+__device__ __forceinline__ int radix_shift(int pass) { return pass < kRadixPasses - 1 ? 23 - 8 * pass : 0; }
 constexpr float kMassUnit = 4294967296.0f;  // fixed-point probability mass: 1 = 2^32
 
 // A row's histogram of one pass, in shared memory.
@@ -87,7 +92,8 @@ __device__ Threshold radix_search(const ThreadGroup& g, const float* probs, int6
   int64_t above = 0;  // candidates above the current level
   unsigned long long above_mass = 0;
   const int per_thread = kRadixBins / g.size;  // g.size is a power of two <= kRadixBins
-  for (int shift = 32 - kRadixBits; shift >= 0; shift -= kRadixBits) {
+  for (int pass = 0; pass < kRadixPasses; ++pass) {
+    const int shift = radix_shift(pass);
     for (int i = g.rank; i < kRadixBins; i += g.size) {
       s.hist->count[i] = 0;
       if (kByMass) s.hist->mass[i] = 0;
@@ -98,7 +104,9 @@ __device__ Threshold radix_search(const ThreadGroup& g, const float* probs, int6
       const uint32_t bits = rank_bits(probs[c]);
       if (forced.has(c) || level_of(bits, t.shift) != level) continue;
       const int digit = static_cast<int>((bits >> shift) & (kRadixBins - 1));
-      atomicAdd(&s.hist->count[digit], 1u);
+      // One count atomic per digit per warp: probabilities crowd a few bins.
+      const unsigned peers = __match_any_sync(__activemask(), digit);
+      if ((threadIdx.x % kWarp) == __ffs(peers) - 1) atomicAdd(&s.hist->count[digit], __popc(peers));
       if (kByMass) atomicAdd(&s.hist->mass[digit], fixed_mass(probs[c]));
     }
     if (g.rank == 0) s.cut->digit = -1;

@@ -236,6 +236,7 @@ __device__ void add_softmax(const ThreadGroup& g, float* logits, float* probs, i
   float local_max = -INFINITY;
   for (int64_t c = g.rank; c < n; c += g.size) local_max = fmaxf(local_max, logits[c]);
   const float row_max = group_reduce<true>(g, local_max, scratch);
+  if (row_max == -INFINITY) return;  // no finite score (a block pair without samples): adds nothing
   float local_sum = 0.0f;
   for (int64_t c = g.rank; c < n; c += g.size) {
     const float e = __expf(logits[c] - row_max);

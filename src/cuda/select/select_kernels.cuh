@@ -65,6 +65,7 @@ struct SelectArgs {
   select_detail::SelectParams p;
   const float* pooled_q = nullptr;  // (B, Hq, nqb, D)
   const float* pooled_k = nullptr;  // (B, Hkv, nkb, D)
+  const float* sampled = nullptr;   // (B, Hq, nqb, nkb) logits from sampling: used instead of pooling when set
   int64_t batch = 0, q_heads = 0, kv_heads = 0, head_dim = 0;
   int64_t mask_heads = 0;  // Hkv, or Hq with per-query-head selection
   int32_t per_query_head = 0;
@@ -331,6 +332,16 @@ __global__ void __launch_bounds__(kSelectThreads) score_select_kernel(const Sele
   for (int64_t t = 0; t < heads_per_row; ++t) {
     const int64_t h = a.per_query_head ? m : m * group_heads + t;
     const float* pq = a.pooled_q + ((b * a.q_heads + h) * nqb + qb0) * D;
+    if (a.sampled) {  // logits from antidiagonal samples (sample_kernel.cuh)
+      if (active) {
+        const float* row_logits = a.sampled + ((b * a.q_heads + h) * nqb + qb0 + r) * p.num_k_blocks;
+        g.sync();  // the previous head's logits are consumed
+        for (int64_t c = g.rank; c < n; c += g.size) logits[c] = row_logits[c];
+        g.sync();
+        add_softmax(g, logits, probs, n, 1.0f / static_cast<float>(heads_per_row), fscratch[r]);
+      }
+      continue;
+    }
     const float* pk = a.pooled_k + (b * a.kv_heads + h / group_heads) * p.num_k_blocks * D;
     __syncthreads();  // the previous head's logits and q tile are consumed
     for (int64_t i = threadIdx.x; i < rows * D; i += blockDim.x) s.q_tile[i] = pq[i];

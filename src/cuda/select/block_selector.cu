@@ -329,3 +329,25 @@ BlockMask BlockSelector::download(int64_t b) const {
 }
 
 }  // namespace spattn::cuda_detail
+
+namespace spattn {
+
+CudaSelector::CudaSelector(const SelectConfig& config, int64_t batch, int64_t q_heads, int64_t kv_heads,
+                           int64_t q_len, int64_t k_len, int64_t head_dim)
+    : impl_(std::make_unique<cuda_detail::BlockSelector>(
+          config, cuda_detail::SelectShape{batch, q_heads, kv_heads, q_len, k_len, head_dim})) {
+  rows_ = impl_->view(0).num_heads * impl_->view(0).num_q_blocks;
+}
+
+CudaSelector::~CudaSelector() = default;
+
+void CudaSelector::run(const TensorView& q, const TensorView& k, void* stream) {
+  impl_->run(q, k, static_cast<cudaStream_t>(stream));
+}
+
+BlockMaskView CudaSelector::view(int64_t b) const { return impl_->view(b); }
+int64_t CudaSelector::mask_heads() const { return impl_->mask_heads(); }
+int64_t CudaSelector::rows() const { return rows_; }
+int64_t CudaSelector::capacity() const { return impl_->capacity(); }
+
+}  // namespace spattn

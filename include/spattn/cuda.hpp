@@ -19,6 +19,7 @@
 namespace spattn {
 
 namespace cuda_detail {
+class BlockSelector;
 class DynamicAttention;
 }
 
@@ -74,8 +75,35 @@ void cuda_naive_attention(const TensorView& q, const TensorView& k, const Tensor
                           const TensorView& out, const BlockMask& mask, double scale,
                           const TensorView* lse = nullptr, void* stream = nullptr);
 
+// select_blocks_batched on the device (docs/dynamic.md): mean pooling or
+// antidiagonal sampling, fp32 scores. Made once per (config, shape): the
+// constructor allocates everything; run() only queues kernels on `stream` (no
+// allocation, copy or host synchronisation) and view(b) is then batch element
+// b's mask as device arrays: row_offsets (rows() + 1), kv_indices and kv_full
+// (the first row_offsets[rows()] of capacity() * rows() entries), with
+// mask_heads() heads and Pattern::causal() (or dense) deciding partial blocks.
+// q and k: fp32, fp16 or bf16 device tensors of the constructor's shape.
+class CudaSelector {
+ public:
+  CudaSelector(const SelectConfig& config, int64_t batch, int64_t q_heads, int64_t kv_heads, int64_t q_len,
+               int64_t k_len, int64_t head_dim);
+  ~CudaSelector();
+  CudaSelector(const CudaSelector&) = delete;
+  CudaSelector& operator=(const CudaSelector&) = delete;
+
+  void run(const TensorView& q, const TensorView& k, void* stream = nullptr);
+  BlockMaskView view(int64_t b) const;
+  int64_t mask_heads() const;
+  int64_t rows() const;      // mask_heads() * query blocks
+  int64_t capacity() const;  // entries per row in kv_indices' storage
+
+ private:
+  std::unique_ptr<cuda_detail::BlockSelector> impl_;
+  int64_t rows_ = 0;
+};
+
 // Dynamic block-sparse attention on the device (docs/dynamic.md): select_blocks
-// (mean pooling) then the fused kernel on the selected blocks, with no host
+// (mean pooling or antidiagonal sampling) then the fused kernel on the selected blocks, with no host
 // synchronisation. Made once per (config, shape): the constructor allocates
 // everything (the masks hold at most max_blocks blocks per row when set);
 // run() only queues kernels and can be captured in a CUDA graph. block_q must

@@ -1,7 +1,7 @@
 // python/csrc/select_ops.cpp - the spattn::select_blocks operator: dynamic
 // block selection (spattn/select.hpp) for the Python package; also the
-// schema of spattn::dynamic_attention, whose kernel is CUDA-only
-// (dynamic_cuda.cpp).
+// schemas of spattn::select_blocks_device and spattn::dynamic_attention,
+// whose kernels are CUDA-only (select_cuda.cpp, dynamic_cuda.cpp).
 //
 // The operator takes host tensors q (B, Hq, Lq, D) and k (B, Hkv, Lk, D) in
 // any dtype and layout plus the fields of spattn::SelectConfig, runs
@@ -58,6 +58,11 @@ TORCH_LIBRARY_FRAGMENT(spattn, m) {
       "float? scale) -> (Tensor[] row_offsets, Tensor[] kv_indices, Tensor[] kv_full, Tensor code, "
       "Tensor table_i32, Tensor table_i64)",
       &spattn::torch_bridge::select_blocks_op);
+  m.def(
+      "select_blocks_device(Tensor q, Tensor k, int block_q, int block_k, int? topk, float? tau, "
+      "int min_blocks, int max_blocks, int sink_blocks, int local_blocks, bool causal, int stride, "
+      "bool per_query_head, float? scale) -> (Tensor row_offsets, Tensor kv_indices, Tensor kv_full, "
+      "Tensor code, Tensor table_i32, Tensor table_i64)");
   m.def(
       "dynamic_attention(Tensor q, Tensor k, Tensor v, int block_q, int block_k, int? topk, float? tau, "
       "int min_blocks, int max_blocks, int sink_blocks, int local_blocks, bool causal, int stride, "

@@ -6,14 +6,14 @@ of it (docs/dynamic.md): mean-pooled q . mean-pooled k (or antidiagonal
 samples with ``stride``), a row softmax over the allowed key blocks, then the
 forced sink and local blocks plus the best others until ``topk`` blocks or a
 mass of ``tau``, within ``min_blocks`` / ``max_blocks``. The selection runs in
-the C++ library (``spattn::select_blocks_batched``) on the host: CUDA tensors
-are copied to the host for it and the masks moved back to their device.
-``dynamic_attention`` selects, then runs ``spattn.attention`` with each batch
-element's mask; on CUDA tensors with mean pooling and blocks that fit the
-fused kernel's tile it runs the ``spattn::dynamic_attention`` operator
-instead, which selects and attends on the device with no host
-synchronisation (spattn::CudaDynamicAttention) and can be compiled and
-captured in a CUDA graph.
+the C++ library: on the host (``spattn::select_blocks_batched``), or for
+CUDA tensors on the device (the ``spattn::select_blocks_device`` operator,
+``spattn::CudaSelector``). ``dynamic_attention`` selects, then runs
+``spattn.attention`` with each batch element's mask; on CUDA tensors with
+blocks that fit the fused kernel's tile it runs the
+``spattn::dynamic_attention`` operator instead, which selects and attends on
+the device with no host synchronisation (spattn::CudaDynamicAttention) and
+can be compiled and captured in a CUDA graph.
 """
 from __future__ import annotations
 
@@ -117,13 +117,26 @@ def select_blocks_batched(q: torch.Tensor, k: torch.Tensor, *, topk: Optional[in
     scores, default 1/sqrt(D). Each mask has Hkv heads (Hq with
     ``per_query_head``) and lives on the device of q.
 
-    The selection runs on the host: CUDA tensors are copied to the host for it
-    (a device-to-host copy and a synchronisation) and the masks moved back.
+    On CUDA tensors (fp16, bf16 or fp32) the selection runs on the device
+    in fp32 (``spattn::select_blocks_device``): its kernels and the copies of
+    the masks' arrays are queued on the current stream, then one copy of the
+    B kept-block counts to the host (the only synchronisation) sizes each
+    mask's ``kv_indices`` and ``kv_full``, which are views of the operator's
+    outputs. A row whose choice hangs on a near tie may differ from the
+    host's fp64 selection (docs/dynamic.md). Host tensors and fp64 CUDA
+    tensors select on the host (the latter copied there and the masks moved
+    back).
     """
     _check_qk(q, k)
     args = _select_args(topk, tau, block_size, sink_blocks, local_blocks, min_blocks, max_blocks, stride,
                         causal, per_query_head, scale)
     block_q, block_k = args[0], args[1]
+    if q.is_cuda and _HAS_CUDA and q.dtype != torch.float64:
+        offsets, indices, full, *encoded = ops.select_blocks_device(q.detach(), k.detach(), *args)
+        pattern = Pattern.from_op(encoded)
+        kept = offsets[:, -1].tolist()  # the synchronisation: B counts to the host
+        return [BlockMask(q.shape[2], k.shape[2], (block_q, block_k), offsets[b], indices[b, :n], full[b, :n],
+                          pattern, head_dependent=False) for b, n in enumerate(kept)]
     host_q, host_k = q.detach().cpu(), k.detach().cpu()
     offsets, indices, full, *encoded = ops.select_blocks(host_q, host_k, *args)
     pattern = Pattern.from_op(encoded)
@@ -156,8 +169,8 @@ def select_blocks(q: torch.Tensor, k: torch.Tensor, *, topk: Optional[int] = Non
 
 def _on_device(q, select_args, return_masks, backend) -> bool:
     """Can select-then-attend run in the device operator (no host copy of the masks)?"""
-    block_q, block_k, stride = select_args[0], select_args[1], select_args[9]
-    return (q.is_cuda and _HAS_CUDA and backend in ("auto", "cuda") and not return_masks and stride == 0
+    block_q, block_k = select_args[0], select_args[1]
+    return (q.is_cuda and _HAS_CUDA and backend in ("auto", "cuda") and not return_masks
             and block_q % _FUSED_TILE[0] == 0 and block_k % _FUSED_TILE[1] == 0)
 
 
@@ -175,16 +188,16 @@ def dynamic_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, topk
     appended for ``return_masks``. Batch element b equals
     ``spattn.attention(q[b:b+1], k[b:b+1], v[b:b+1], masks[b])``.
 
-    On CUDA tensors with ``stride=0``, ``block_q`` a multiple of 128 and
+    On CUDA tensors with ``block_q`` a multiple of 128 and
     ``block_k`` of 64, without ``return_masks`` and with backend ``auto`` or
     ``cuda``, selection and attention run on the device in one operator
     (``spattn::dynamic_attention``): no host synchronisation, usable under
     torch.compile and in CUDA graphs (its buffers are made by the first call
     with a configuration and shape, which must precede a capture). The
     device selection scores in fp32, the host one in fp64: a block whose
-    choice hangs on a near tie may differ (docs/dynamic.md). Otherwise the
-    selection runs on the host (CUDA tensors are copied there for it) and the
-    attention where the tensors are.
+    choice hangs on a near tie may differ (docs/dynamic.md). Otherwise
+    ``select_blocks_batched`` selects (on the device for CUDA tensors) and
+    the attention runs where the tensors are.
     """
     check_tensors(q, k, v)
     _check_bool(return_masks, "return_masks")

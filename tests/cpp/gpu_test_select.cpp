@@ -13,12 +13,15 @@
 // runs through the fused kernel, CudaDynamicAttention (select then attend on
 // the device) equals the fused kernel run on its downloaded masks and the
 // fp64 reference, also when replayed from a CUDA graph, and bad inputs are
-// rejected.
+// rejected. Antidiagonal sampling: the device block scores against an fp64
+// brute force and the masks against the host's; exact ties between copied key
+// blocks go to the lower index as on the host.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <iterator>
+#include <limits>
 #include <optional>
 #include <random>
 #include <set>
@@ -197,6 +200,11 @@ TEST(GpuSelect, MatchesTheHostSelector) {
       {1, 2, 1, 200, 32768, 32, DType::F32, false, make_config(64, 16, 40, {}, false, 1, 2, 0, 0, false)},
       // A head dim that is not a multiple of 4 (scalar scoring), groups of 3 query heads.
       {1, 6, 2, 700, 900, 30, DType::F32, false, make_config(64, 32, {}, 0.8, true, 1, 2, 0, 0, false)},
+      // Budgets around topk and tau: min_blocks above topk, max_blocks below what tau asks for.
+      {1, 4, 2, 2048, 2048, 64, DType::BF16, true, make_config(64, 64, 4, {}, true, 1, 1, 7, 10, false)},
+      {1, 4, 4, 2048, 2048, 64, DType::BF16, true, make_config(64, 64, {}, 0.99, false, 1, 1, 0, 6, true)},
+      // topk at the number of allowed blocks of the last rows, no forced blocks.
+      {1, 2, 2, 1024, 1024, 64, DType::F32, false, make_config(64, 64, 16, {}, true, 0, 0, 0, 0, false)},
   };
   std::mt19937_64 rng(301);
   Agreement total;
@@ -229,6 +237,144 @@ TEST(GpuSelect, MatchesTheHostSelector) {
     }
   }
   EXPECT_LT(total.differing * 100, total.rows) << total.differing << " of " << total.rows << " rows differ";
+}
+
+// Key blocks that are copies of each other score exactly alike on both
+// sides, so every row holds runs of exact ties, which go to the lower block
+// index: the masks must be equal, row for row, in both modes and with budgets.
+TEST(GpuSelect, ExactTiesGoToTheLowerBlockIndex) {
+  SPATTN_REQUIRE_GPU();
+  constexpr int64_t kBlock = 64, kBlocks = 40, kDistinct = 3, D = 64;
+  HostTensor q(DType::F32, 1, 4, kBlock * kBlocks, D), k(DType::F32, 1, 2, kBlock * kBlocks, D);
+  std::mt19937_64 rng(303);
+  q.fill_random(rng);
+  k.fill_random(rng);
+  const size_t row_bytes = sizeof(float) * D, block_bytes = row_bytes * kBlock;
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t c = kDistinct; c < kBlocks; ++c) {
+      unsigned char* head = k.bytes.data() + h * block_bytes * kBlocks;
+      std::copy_n(head + (c % kDistinct) * block_bytes, block_bytes, head + c * block_bytes);
+    }
+  const SelectConfig configs[] = {
+      make_config(kBlock, kBlock, 6, {}, true, 1, 1, 0, 0, false),
+      make_config(kBlock, kBlock, 9, {}, false, 0, 2, 0, 0, true),
+      make_config(kBlock, kBlock, {}, 0.55, true, 1, 1, 0, 0, false),
+      make_config(kBlock, kBlock, {}, 0.8, false, 2, 0, 3, 11, false),
+      make_config(kBlock, kBlock, {}, 1.0, true, 0, 1, 0, 0, false),
+  };
+  DeviceTensor dq(q), dk(k);
+  for (const SelectConfig& c : configs) {
+    SCOPED_TRACE(::testing::Message() << (c.topk ? "topk " : "tau ") << (c.topk ? *c.topk : *c.tau));
+    BlockSelector selector(c, shape_of(q, k));
+    selector.run(dq.view(), dk.view(), nullptr);
+    cuda_ok(cudaDeviceSynchronize(), "selection kernels");
+    const BlockMask got = selector.download(0), want = select_blocks(q.view, k.view, c);
+    EXPECT_EQ(got.row_offsets(), want.row_offsets());
+    EXPECT_EQ(got.kv_indices(), want.kv_indices());
+    EXPECT_EQ(got.kv_full(), want.kv_full());
+  }
+}
+
+// fp64 antidiagonal block score of (query head h, query block qb, key block
+// c), written from docs/dynamic.md: log of the mean of exp(q_i . k_j * scale)
+// over the pairs with (i - first row) + (j - first key) = S - 1 (mod S) and,
+// causally, j <= i + Lk - Lq; -inf without such a pair.
+double sampled_score(const HostTensor& q, const HostTensor& k, int64_t h, int64_t qb, int64_t c,
+                     const SelectConfig& cfg) {
+  const TensorView &qv = q.view, &kv = k.view;
+  const int64_t D = qv.head_dim(), S = cfg.stride, kvh = h / (qv.heads() / kv.heads());
+  const int64_t i0 = qb * cfg.block_q, i1 = std::min(i0 + cfg.block_q, qv.seq_len());
+  const int64_t j0 = c * cfg.block_k, j1 = std::min(j0 + cfg.block_k, kv.seq_len());
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  std::vector<double> samples;
+  for (int64_t i = i0; i < i1; ++i)
+    for (int64_t j = j0; j < j1; ++j) {
+      if ((i - i0 + j - j0) % S != S - 1 || (cfg.causal && j > i + kv.seq_len() - qv.seq_len())) continue;
+      double dot = 0.0;
+      for (int64_t d = 0; d < D; ++d) dot += qv.load(0, h, i, d) * kv.load(0, kvh, j, d);
+      samples.push_back(dot * scale);
+    }
+  if (samples.empty()) return -std::numeric_limits<double>::infinity();
+  const double mx = *std::max_element(samples.begin(), samples.end());
+  double sum = 0.0;
+  for (double x : samples) sum += std::exp(x - mx);
+  return mx + std::log(sum / static_cast<double>(samples.size()));
+}
+
+// Antidiagonal sampling (stride 1, 4, 8, 16) on the device: every block score
+// against an fp64 brute force, and the masks against the host selector (fp32
+// device scores against the host's fp32 dot products summed in another order:
+// under 2% of the rows may differ, each by at most two blocks).
+TEST(GpuSelect, AntidiagonalSamplingMatchesTheHost) {
+  SPATTN_REQUIRE_GPU();
+  struct Case {
+    int64_t Hq, Hkv, Lq, Lk, D;
+    DType dtype;
+    bool structured;
+    SelectConfig config;
+  };
+  std::vector<Case> cases = {
+      {4, 2, 1024, 1024, 64, DType::BF16, true, make_config(64, 64, {}, 0.9, true, 1, 1, 0, 0, false)},
+      {2, 2, 700, 900, 32, DType::F32, false, make_config(64, 32, 5, {}, false, 1, 1, 0, 0, true)},
+      {2, 1, 2048, 2048, 128, DType::BF16, true, make_config(128, 128, 4, {}, true, 1, 2, 0, 0, false)},
+      {2, 2, 256, 200, 16, DType::F16, false, make_config(32, 16, {}, 0.8, true, 0, 1, 0, 0, false)},
+  };
+  const int64_t strides[] = {8, 4, 16, 1};
+  std::mt19937_64 rng(304);
+  for (size_t t = 0; t < cases.size(); ++t) {
+    Case& cs = cases[t];
+    cs.config.stride = strides[t];
+    SCOPED_TRACE(::testing::Message() << "case " << t << ", stride " << strides[t]);
+    HostTensor q(cs.dtype, 1, cs.Hq, cs.Lq, cs.D), k(cs.dtype, 1, cs.Hkv, cs.Lk, cs.D);
+    if (cs.structured) {
+      StructuredQKConfig s;
+      s.seed = 7 + t;
+      make_structured_qk(q.view, k.view, s);
+    } else {
+      q.fill_random(rng);
+      k.fill_random(rng);
+    }
+    DeviceTensor dq(q), dk(k);
+    BlockSelector selector(cs.config, shape_of(q, k));
+    selector.run(dq.view(), dk.view(), nullptr);
+    cuda_ok(cudaDeviceSynchronize(), "sampling selection kernels");
+    const BlockMask got = selector.download(0), want = select_blocks(q.view, k.view, cs.config);
+
+    const int64_t nqb = got.num_q_blocks(), nkb = got.num_k_blocks();
+    std::vector<float> scores(static_cast<size_t>(cs.Hq * nqb * nkb));
+    cuda_ok(cudaMemcpy(scores.data(), selector.sampled_scores(), sizeof(float) * scores.size(),
+                       cudaMemcpyDeviceToHost),
+            "cudaMemcpy(sampled scores)");
+    int64_t checked = 0;
+    for (int64_t h = 0; h < cs.Hq; ++h)
+      for (int64_t qb = 0; qb < nqb; ++qb) {
+        const int64_t p_last = std::min((qb + 1) * cs.config.block_q, cs.Lq) - 1 + cs.Lk - cs.Lq;
+        const int64_t n = !cs.config.causal ? nkb : p_last < 0 ? 0 : std::min(p_last / cs.config.block_k + 1, nkb);
+        for (int64_t c = 0; c < n; ++c, ++checked) {
+          const double ref = sampled_score(q, k, h, qb, c, cs.config);
+          const float dev = scores[(h * nqb + qb) * nkb + c];
+          if (std::isinf(ref)) {
+            EXPECT_TRUE(std::isinf(dev) && dev < 0) << "h " << h << " qb " << qb << " c " << c;
+          } else {
+            EXPECT_NEAR(dev, ref, 1e-3 + 1e-4 * std::abs(ref)) << "h " << h << " qb " << qb << " c " << c;
+          }
+        }
+      }
+    EXPECT_GT(checked, 0);
+
+    const int64_t rows = got.num_heads() * nqb;
+    ASSERT_EQ(want.num_heads() * want.num_q_blocks(), rows);
+    int64_t differing = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const std::vector<int32_t> g = row_blocks(got, r), h = row_blocks(want, r);
+      if (g == h) continue;
+      ++differing;
+      std::vector<int32_t> diff;
+      std::set_symmetric_difference(g.begin(), g.end(), h.begin(), h.end(), std::back_inserter(diff));
+      EXPECT_LE(diff.size(), 2u) << "row " << r;
+    }
+    EXPECT_LE(differing * 50, rows) << differing << " of " << rows << " rows differ";
+  }
 }
 
 TEST(GpuSelect, GraphCaptureGivesTheSameMask) {
@@ -398,9 +544,11 @@ TEST(GpuSelect, RejectsWhatItCannotRun) {
   std::mt19937_64 rng(303);
   q.fill_random(rng);
   k.fill_random(rng);
-  SelectConfig sampled = make_config(64, 64, 2, {}, true, 1, 1, 0, 0, false);
+  // Sampling holds a query and a key block in shared memory: 2 x 1024 rows of 65 floats do not fit.
+  SelectConfig sampled = make_config(1024, 1024, 2, {}, true, 1, 1, 0, 0, false);
   sampled.stride = 8;
-  EXPECT_THROW(BlockSelector(sampled, shape_of(q, k)), Error);
+  const HostTensor long_qk(DType::BF16, 1, 2, 4096, 64);
+  EXPECT_THROW(BlockSelector(sampled, shape_of(long_qk, long_qk)), Error);
   BlockSelector selector(make_config(64, 64, 2, {}, true, 1, 1, 0, 0, false), shape_of(q, k));
   EXPECT_THROW(selector.run(q.view, k.view, nullptr), Error);  // host pointers
   HostTensor other(DType::BF16, 1, 2, 128, 64);

@@ -1,12 +1,14 @@
-"""spattn.dynamic_attention on CUDA tensors: the device operator (marker gpu).
+"""spattn.dynamic_attention and select_blocks on CUDA tensors: the device operators (marker gpu).
 
 With mean pooling and blocks that fit the fused kernel's tile the selection
 and the attention run on the device (spattn::dynamic_attention). Its output
 is compared with the float64 reference on the masks the host selector
 chooses for the same inputs, which are built so that block scores differ
 clearly (the device scores in fp32, the host in fp64: only near ties could
-differ). Then CUDA graph capture and replay, torch.compile without graph
-breaks, and the error of a first call inside a capture.
+differ). The device selection (spattn::select_blocks_device, mean pooling
+and antidiagonal sampling) gives the host's masks on the same inputs. Then
+CUDA graph capture and replay, torch.compile without graph breaks, and the
+error of a first call inside a capture.
 """
 import math
 
@@ -72,6 +74,45 @@ def test_device_operator_matches_the_reference_on_the_host_selection(case, rng):
         assert allowed.sum() < allowed.numel()  # the selection is sparse here
         ref_out, ref_lse = reference_attention(q[b:b + 1].cpu(), k[b:b + 1].cpu(), v[b:b + 1].cpu(), allowed)
         check_close(out[b:b + 1], lse[b:b + 1], ref_out, ref_lse, dtype)
+
+
+SELECT_CASES = [  # (B, Hq, Hkv, Lq, Lk, dtype, selection keywords): masks equal to the host's
+    (2, 4, 2, 1000, 1000, torch.bfloat16, dict(topk=3, causal=True)),
+    (1, 4, 4, 700, 900, torch.float16, dict(tau=0.8, block_size=(64, 32), per_query_head=True)),
+    (2, 4, 1, 300, 1000, torch.float32, dict(tau=0.9, causal=True, sink_blocks=0, min_blocks=2, max_blocks=4)),
+    (1, 4, 2, 1024, 1024, torch.bfloat16, dict(topk=3, causal=True, stride=8)),
+    (1, 2, 2, 512, 512, torch.bfloat16, dict(tau=1.0, causal=True, block_size=64)),
+]
+
+
+@pytest.mark.parametrize("case", SELECT_CASES, ids=[f"case{n}" for n in range(len(SELECT_CASES))])
+def test_select_blocks_on_the_device_matches_the_host(case, rng):
+    B, Hq, Hkv, Lq, Lk, dtype, select = case
+    block_k = select.get("block_size", 128)
+    block_k = block_k[1] if isinstance(block_k, tuple) else block_k
+    q, k = separated_qk(rng, B, Hq, Hkv, Lq, Lk, 128, block_k, dtype)
+    got = spattn.select_blocks_batched(q, k, **select)
+    want = spattn.select_blocks_batched(q.cpu(), k.cpu(), **select)
+    assert len(got) == B
+    for mask, host in zip(got, want):
+        assert mask.device.type == "cuda"
+        assert mask.num_heads == host.num_heads
+        assert torch.equal(mask.row_offsets.cpu(), host.row_offsets)
+        assert torch.equal(mask.kv_indices.cpu(), host.kv_indices)
+        assert torch.equal(mask.kv_full.cpu(), host.kv_full)
+    v = randn(rng, 1, Hkv, Lk, 128, dtype=dtype, device="cuda")
+    if dtype != torch.float32:  # the fused kernel reads fp16 and bf16; the mask works as any other
+        out = spattn.attention(q[:1], k[:1], v, got[0])
+        ref = spattn.attention(q[:1], k[:1], v, want[0].to("cuda"))
+        torch.testing.assert_close(out, ref, rtol=0, atol=0)
+
+
+def test_select_blocks_on_the_device_is_one_call_per_batch(rng):
+    q, k = separated_qk(rng, 1, 4, 2, 640, 640, 128, 128, torch.bfloat16)
+    mask = spattn.select_blocks(q, k, topk=2, causal=True)
+    assert mask.device.type == "cuda" and mask.num_blocks == int(mask.row_offsets[-1])
+    fp64 = spattn.select_blocks(q.double(), k.double(), topk=2, causal=True)  # selected on the host
+    assert fp64.device.type == "cuda" and torch.equal(fp64.kv_indices.cpu(), mask.kv_indices.cpu())
 
 
 def test_device_operator_replays_in_a_cuda_graph(rng):

@@ -160,8 +160,9 @@ void run_on_device(const ProblemShape& s, const SelectConfig& c, int64_t repeats
        [&] { selector.pack(nullptr); }},
       repeats);
   r.phases_known = true;
-  r.phases.pooling_s = phases[0];
-  r.phases.scoring_s = phases[1];
+  // As on the host, sampled scores count as scoring and leave pooling at 0.
+  r.phases.pooling_s = c.stride > 0 ? 0.0 : phases[0];
+  r.phases.scoring_s = c.stride > 0 ? phases[0] + phases[1] : phases[1];
   r.phases.selection_s = phases[2];
   r.selection.median_s = phases[0] + phases[1] + phases[2];
   for (int64_t b = 0; b < s.batch; ++b) r.masks.push_back(selector.download(b));

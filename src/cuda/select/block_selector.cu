@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/select/sample_kernel.cuh"
 #include "cuda/select/select_kernels.cuh"
 #include "select/select_config.hpp"
 #include "spattn/cuda.hpp"
@@ -76,10 +77,29 @@ sk::PoolInput pool_input(const TensorView& t, int64_t block, int64_t num_blocks,
   return in;
 }
 
+// Checks that a (q block, k block) pair of rows fits the device's shared
+// memory and lets the sampling kernels use it.
+void set_sample_smem_limit(const select_detail::SelectParams& p, int64_t head_dim, int optin) {
+  const size_t bytes = sk::sample_smem_bytes(p.block_q, p.block_k, head_dim);
+  require(bytes <= static_cast<size_t>(optin) - 1024, "CUDA selector: antidiagonal sampling (stride ", p.stride,
+          ") keeps a query and a key block in shared memory, (block_q + block_k) * (head_dim + 1) * 4 = ", bytes,
+          " bytes, the device has ", optin, "; use smaller blocks");
+  const auto limit = static_cast<int>(bytes);
+  check_cuda(cudaFuncSetAttribute(sk::sample_scores_kernel<float>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, limit),
+             "cudaFuncSetAttribute(sample_scores_kernel)");
+  check_cuda(cudaFuncSetAttribute(sk::sample_scores_kernel<__half>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, limit),
+             "cudaFuncSetAttribute(sample_scores_kernel)");
+  check_cuda(cudaFuncSetAttribute(sk::sample_scores_kernel<__nv_bfloat16>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, limit),
+             "cudaFuncSetAttribute(sample_scores_kernel)");
+}
+
 }  // namespace
 
 struct BlockSelector::Buffers {
-  DevicePtr pooled_q, pooled_k, counts, slots, slot_full, row_offsets, kv_indices, kv_full;
+  DevicePtr pooled_q, pooled_k, sampled, counts, slots, slot_full, row_offsets, kv_indices, kv_full;
 };
 
 BlockSelector::BlockSelector(const SelectConfig& config, const SelectShape& shape)
@@ -92,8 +112,6 @@ BlockSelector::BlockSelector(const SelectConfig& config, const SelectShape& shap
   require(shape.q_heads % shape.kv_heads == 0, "CUDA selector: q_heads (", shape.q_heads,
           ") must be a multiple of kv_heads (", shape.kv_heads, ")");
   params_ = select_detail::resolve_select_params(config, shape.q_len, shape.k_len, shape.head_dim);
-  require(params_.stride == 0, "CUDA selector: stride (", params_.stride,
-          ") antidiagonal sampling is host-only; use stride 0 (mean pooling)");
 
   const int64_t nqb = params_.num_q_blocks, nkb = params_.num_k_blocks;
   mask_heads_ = per_query_head_ ? shape.q_heads : shape.kv_heads;
@@ -131,11 +149,16 @@ BlockSelector::BlockSelector(const SelectConfig& config, const SelectShape& shap
   check_cuda(cudaFuncSetAttribute(sk::score_select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   optin - static_cast<int>(kernel.sharedSizeBytes)),
              "cudaFuncSetAttribute(score_select_kernel)");
+  if (params_.stride > 0) set_sample_smem_limit(params_, shape.head_dim, optin);
 
   const int64_t B = shape.batch, D = shape.head_dim, entries = B * rows * capacity_;
   buffers_ = std::make_unique<Buffers>();
-  buffers_->pooled_q = device_alloc(sizeof(float) * B * shape.q_heads * nqb * D, "cudaMalloc(pooled q)");
-  buffers_->pooled_k = device_alloc(sizeof(float) * B * shape.kv_heads * nkb * D, "cudaMalloc(pooled k)");
+  if (params_.stride > 0) {
+    buffers_->sampled = device_alloc(sizeof(float) * B * shape.q_heads * nqb * nkb, "cudaMalloc(sampled scores)");
+  } else {
+    buffers_->pooled_q = device_alloc(sizeof(float) * B * shape.q_heads * nqb * D, "cudaMalloc(pooled q)");
+    buffers_->pooled_k = device_alloc(sizeof(float) * B * shape.kv_heads * nkb * D, "cudaMalloc(pooled k)");
+  }
   buffers_->counts = device_alloc(sizeof(int32_t) * B * rows, "cudaMalloc(row counts)");
   buffers_->slots = device_alloc(sizeof(int32_t) * entries, "cudaMalloc(row slots)");
   buffers_->slot_full = device_alloc(sizeof(uint8_t) * entries, "cudaMalloc(slot full flags)");
@@ -164,6 +187,10 @@ void BlockSelector::pool(const TensorView& q, const TensorView& k, cudaStream_t 
   require(cuda_is_device_pointer(k.data), "CUDA selector: k must point to device memory");
 
   const int64_t nqb = params_.num_q_blocks, nkb = params_.num_k_blocks, B = shape_.batch;
+  if (params_.stride > 0) {
+    sample(q, k, stream);
+    return;
+  }
   sk::PoolArgs pool;
   pool.q = pool_input(q, params_.block_q, nqb, static_cast<float*>(buffers_->pooled_q.get()));
   pool.k = pool_input(k, params_.block_k, nkb, static_cast<float*>(buffers_->pooled_k.get()));
@@ -186,12 +213,45 @@ void BlockSelector::pool(const TensorView& q, const TensorView& k, cudaStream_t 
   }
 }
 
+void BlockSelector::sample(const TensorView& q, const TensorView& k, cudaStream_t stream) {
+  sk::SampleArgs args;
+  args.p = params_;
+  args.q = q.data;
+  args.k = k.data;
+  for (int axis = 0; axis < 4; ++axis) {
+    args.q_stride[axis] = q.stride[axis];
+    args.k_stride[axis] = k.stride[axis];
+  }
+  args.batch = shape_.batch;
+  args.q_heads = shape_.q_heads;
+  args.kv_heads = shape_.kv_heads;
+  args.head_dim = shape_.head_dim;
+  args.scores = static_cast<float*>(buffers_->sampled.get());
+  const auto ctas = static_cast<unsigned>(shape_.batch * shape_.q_heads * params_.num_q_blocks);
+  const size_t smem = sk::sample_smem_bytes(params_.block_q, params_.block_k, shape_.head_dim);
+  switch (q.dtype) {
+    case DType::F32:
+      sk::sample_scores_kernel<float><<<ctas, sk::kSampleThreads, smem, stream>>>(args);
+      break;
+    case DType::F16:
+      sk::sample_scores_kernel<__half><<<ctas, sk::kSampleThreads, smem, stream>>>(args);
+      break;
+    case DType::BF16:
+      sk::sample_scores_kernel<__nv_bfloat16><<<ctas, sk::kSampleThreads, smem, stream>>>(args);
+      break;
+    case DType::F64:
+      break;
+  }
+  check_launch("sample_scores_kernel");
+}
+
 void BlockSelector::score_select(cudaStream_t stream) {
   const int64_t B = shape_.batch;
   sk::SelectArgs select;
   select.p = params_;
   select.pooled_q = static_cast<const float*>(buffers_->pooled_q.get());
   select.pooled_k = static_cast<const float*>(buffers_->pooled_k.get());
+  select.sampled = static_cast<const float*>(buffers_->sampled.get());
   select.batch = B;
   select.q_heads = shape_.q_heads;
   select.kv_heads = shape_.kv_heads;
@@ -225,6 +285,7 @@ void BlockSelector::pack(cudaStream_t stream) {
   check_launch("pack_kernel");
 }
 
+const float* BlockSelector::sampled_scores() const { return static_cast<const float*>(buffers_->sampled.get()); }
 const int32_t* BlockSelector::counts() const { return static_cast<const int32_t*>(buffers_->counts.get()); }
 const int32_t* BlockSelector::slots() const { return static_cast<const int32_t*>(buffers_->slots.get()); }
 const uint8_t* BlockSelector::slot_full() const {
@@ -268,3 +329,25 @@ BlockMask BlockSelector::download(int64_t b) const {
 }
 
 }  // namespace spattn::cuda_detail
+
+namespace spattn {
+
+CudaSelector::CudaSelector(const SelectConfig& config, int64_t batch, int64_t q_heads, int64_t kv_heads,
+                           int64_t q_len, int64_t k_len, int64_t head_dim)
+    : impl_(std::make_unique<cuda_detail::BlockSelector>(
+          config, cuda_detail::SelectShape{batch, q_heads, kv_heads, q_len, k_len, head_dim})) {
+  rows_ = impl_->view(0).num_heads * impl_->view(0).num_q_blocks;
+}
+
+CudaSelector::~CudaSelector() = default;
+
+void CudaSelector::run(const TensorView& q, const TensorView& k, void* stream) {
+  impl_->run(q, k, static_cast<cudaStream_t>(stream));
+}
+
+BlockMaskView CudaSelector::view(int64_t b) const { return impl_->view(b); }
+int64_t CudaSelector::mask_heads() const { return impl_->mask_heads(); }
+int64_t CudaSelector::rows() const { return rows_; }
+int64_t CudaSelector::capacity() const { return impl_->capacity(); }
+
+}  // namespace spattn

@@ -8,7 +8,7 @@
 // the stream: no allocation, no copy, no host synchronisation, so it can be
 // captured in a CUDA graph. Its output, per batch element, is a BlockMaskView
 // of device arrays with the semantics of the host select_blocks (mean
-// pooling; antidiagonal sampling is host-only). Scores are fp32 on the
+// pooling, or antidiagonal sampling with stride > 0). Scores are fp32 on the
 // device and fp64 on the host, so rows whose choice hangs on a near tie may
 // differ (docs/dynamic.md).
 #pragma once
@@ -41,6 +41,8 @@ class BlockSelector {
   void run(const TensorView& q, const TensorView& k, cudaStream_t stream);
 
   // The phases of run(), for callers that time them or skip the packing.
+  // pool() computes the block scores' inputs from q and k: the pooled means,
+  // or with stride > 0 the sampled block scores themselves.
   void pool(const TensorView& q, const TensorView& k, cudaStream_t stream);
   // Scores, orders and counts every row; writes the row counts and, per row,
   // `capacity` slots of kept key blocks (ascending) with their full flags.
@@ -61,10 +63,17 @@ class BlockSelector {
   const int32_t* slots() const;
   const uint8_t* slot_full() const;
 
+  // With stride > 0: the block scores of the last pool(), (B, Hq, nqb, nkb)
+  // fp32, -inf for a block with no sampled pair; entries past a row's allowed
+  // blocks are not written. Null with mean pooling.
+  const float* sampled_scores() const;
+
   int64_t capacity() const { return capacity_; }
   int64_t mask_heads() const { return mask_heads_; }
 
  private:
+  void sample(const TensorView& q, const TensorView& k, cudaStream_t stream);
+
   struct Buffers;
   select_detail::SelectParams params_;
   SelectShape shape_;

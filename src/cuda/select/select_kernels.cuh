@@ -1,9 +1,11 @@
 // cuda/select/select_kernels.cuh - the device side of dynamic block selection
 // (mean pooling), three launches with no host synchronisation:
 //
-//   pool_kernel          one CTA per (batch, head, block) of q and of k: the
-//                        fp32 mean of the block's rows, per d (16-byte loads
-//                        where the layout allows, pool_kernel_vec).
+//   pool_kernel          one CTA per (batch, head, block) of q and of k, q and
+//                        k in one launch: the fp32 mean of the block's rows,
+//                        per d (pool_kernel_vec: 16-byte loads where the
+//                        layout allows, every load of a thread issued before
+//                        the first is added).
 //   score_select_kernel  one CTA per (batch, mask head, tile of R consecutive
 //                        query blocks), R = 8 unless shared memory asks for
 //                        fewer. Scores: a thread per key block reads its
@@ -13,22 +15,20 @@
 //                        row, then a softmax per row (a group of
 //                        blockDim / R threads on its own named barrier)
 //                        averaged into the row's probabilities. Then each
-//                        group, independently of the others: 64-bit sort
-//                        keys (forced flag | probability bits | ~index) in a
-//                        shared-memory bitonic sort (descending: forced
-//                        first, then probability, ties to the lower index),
-//                        the count rule (topk, or a scan of the sorted mass
-//                        against tau; then the budgets of select_rules.hpp),
-//                        and the kept blocks compacted in ascending order
-//                        into the row's fixed-capacity slots.
+//                        group, independently of the others, finds the
+//                        row's kept blocks without sorting it
+//                        (row_threshold.cuh: a radix search by mass for tau,
+//                        by count for topk and the budgets of
+//                        select_rules.hpp) and compacts them in ascending
+//                        order into the row's fixed-capacity slots.
 //                        The slots and their full / partial flags are what
 //                        the fused select-then-attend path reads.
 //   pack_kernel          one CTA per batch element: exclusive scan of the row
 //                        counts into row_offsets, then the slots copied into
 //                        contiguous kv_indices and kv_full (BlockMask arrays).
-// Shared memory of score_select_kernel: per row, keys (8 B) and probabilities
-// (4 B) for the next power of two >= num_k_blocks, plus the tile's pooled q
-// rows (TileSmem).
+// Shared memory of score_select_kernel: the tile's pooled q rows, then per
+// row a radix histogram and the logits and probabilities of the next power of
+// two >= num_k_blocks key blocks (TileSmem).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -36,16 +36,17 @@
 
 #include <cstdint>
 
+#include "cuda/select/row_threshold.cuh"
+#include "cuda/select/thread_group.cuh"
 #include "select/select_rules.hpp"
 
 namespace spattn::cuda_detail::select_kernels {
 
-constexpr int kPoolThreads = 128;
+constexpr int kPoolThreads = 256;
+constexpr int kPoolLoads = 8;  // 16-byte loads a pool thread has in flight
 constexpr int kSelectThreads = 256;
 constexpr int kMaxTileRows = 8;  // query blocks per score_select_kernel CTA
 constexpr int kPackThreads = 1024;
-constexpr int kWarp = 32;
-constexpr uint32_t kIndexMask = 0x7fffffffu;
 
 // A (B, H, L, D) input read with arbitrary element strides.
 struct PoolInput {
@@ -64,6 +65,7 @@ struct SelectArgs {
   select_detail::SelectParams p;
   const float* pooled_q = nullptr;  // (B, Hq, nqb, D)
   const float* pooled_k = nullptr;  // (B, Hkv, nkb, D)
+  const float* sampled = nullptr;   // (B, Hq, nqb, nkb) logits from sampling: used instead of pooling when set
   int64_t batch = 0, q_heads = 0, kv_heads = 0, head_dim = 0;
   int64_t mask_heads = 0;  // Hkv, or Hq with per-query-head selection
   int32_t per_query_head = 0;
@@ -126,8 +128,10 @@ __global__ void __launch_bounds__(kPoolThreads) pool_kernel(const PoolArgs a) {
 
 // Unit stride along d, 16-byte aligned rows, D a multiple of kVec and at most
 // kPoolThreads * kVec: each row is read by D / kVec threads with 16-byte
-// loads, kPoolThreads / (D / kVec) rows at a time; the row groups' sums
-// (at most kPoolThreads * kVec values) are added in shared memory.
+// loads, kPoolThreads / (D / kVec) rows at a time, kPoolLoads rows per thread
+// loaded before any is added (a 128-row block of D = 128 bf16 is one round);
+// the row groups' sums (at most kPoolThreads * kVec values) are added in
+// shared memory.
 template <typename T>
 __global__ void __launch_bounds__(kPoolThreads) pool_kernel_vec(const PoolArgs a) {
   constexpr int kVec = 16 / sizeof(T);
@@ -141,11 +145,20 @@ __global__ void __launch_bounds__(kPoolThreads) pool_kernel_vec(const PoolArgs a
   if (group < groups) {
     const T* base =
         static_cast<const T*>(t.in->data) + t.b * t.in->stride_b + t.h * t.in->stride_h + lane * kVec;
-#pragma unroll 4
-    for (int64_t l = t.l0 + group; l < t.l1; l += groups) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(base + l * t.in->stride_l);
-      const T* x = reinterpret_cast<const T*>(&raw);
-      for (int v = 0; v < kVec; ++v) acc[v] += to_float(x[v]);
+    for (int64_t l = t.l0 + group; l < t.l1; l += groups * kPoolLoads) {
+      uint4 raw[kPoolLoads];
+#pragma unroll
+      for (int u = 0; u < kPoolLoads; ++u) {
+        const int64_t row = l + u * groups;
+        raw[u] = row < t.l1 ? __ldg(reinterpret_cast<const uint4*>(base + row * t.in->stride_l))
+                            : make_uint4(0u, 0u, 0u, 0u);  // all-zero bits are 0 in every dtype
+      }
+#pragma unroll
+      for (int u = 0; u < kPoolLoads; ++u) {
+        const T* x = reinterpret_cast<const T*>(&raw[u]);
+#pragma unroll
+        for (int v = 0; v < kVec; ++v) acc[v] += to_float(x[v]);
+      }
     }
     for (int v = 0; v < kVec; ++v) partial[group * a.head_dim + lane * kVec + v] = acc[v];
   }
@@ -158,109 +171,17 @@ __global__ void __launch_bounds__(kPoolThreads) pool_kernel_vec(const PoolArgs a
   }
 }
 
-// ---- thread groups -----------------------------------------------------------
-
-// A run of whole warps of the CTA that works on one row and synchronises on
-// its own named barrier (barrier 0 with every thread is __syncthreads).
-struct ThreadGroup {
-  int rank, size, barrier;
-  __device__ void sync() const { asm volatile("bar.sync %0, %1;" ::"r"(barrier), "r"(size) : "memory"); }
-};
-
-__device__ __forceinline__ ThreadGroup whole_cta() {
-  return ThreadGroup{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x), 0};
-}
-
-__device__ __forceinline__ float warp_sum(float x) {
-  for (int o = kWarp / 2; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-  return x;
-}
-__device__ __forceinline__ float warp_max(float x) {
-  for (int o = kWarp / 2; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-  return x;
-}
-
-// Reduces x over the group (sum or max); every thread of it gets the result.
-template <bool kMax>
-__device__ float group_reduce(const ThreadGroup& g, float x, float* scratch) {
-  const int lane = g.rank % kWarp, warp = g.rank / kWarp, warps = g.size / kWarp;
-  x = kMax ? warp_max(x) : warp_sum(x);
-  g.sync();  // scratch may still be read by a previous reduction
-  if (lane == 0) scratch[warp] = x;
-  g.sync();
-  x = lane < warps ? scratch[lane] : (kMax ? -INFINITY : 0.0f);
-  return kMax ? warp_max(x) : warp_sum(x);
-}
-
-// Exclusive scan over the group's threads of one value each; returns this
-// thread's prefix and, in *total, the sum of all values.
-template <typename V>
-__device__ V group_exclusive_scan(const ThreadGroup& g, V x, V* scratch, V* total = nullptr) {
-  const int lane = g.rank % kWarp, warp = g.rank / kWarp, warps = g.size / kWarp;
-  V inclusive = x;
-  for (int o = 1; o < kWarp; o <<= 1) {
-    const V up = __shfl_up_sync(0xffffffffu, inclusive, o);
-    if (lane >= o) inclusive += up;
-  }
-  g.sync();
-  if (lane == kWarp - 1) scratch[warp] = inclusive;
-  g.sync();
-  V warp_prefix = 0, sum = 0;
-  for (int w = 0; w < warps; ++w) {
-    if (w < warp) warp_prefix += scratch[w];
-    sum += scratch[w];
-  }
-  if (total) *total = sum;
-  return warp_prefix + inclusive - x;
-}
-
-// Sorts keys[0, n) descending; n is a power of two.
-__device__ void bitonic_sort_descending(const ThreadGroup& g, uint64_t* keys, int64_t n) {
-  for (int64_t k = 2; k <= n; k <<= 1) {
-    for (int64_t j = k >> 1; j > 0; j >>= 1) {
-      for (int64_t i = g.rank; i < n; i += g.size) {
-        const int64_t partner = i ^ j;
-        if (partner > i) {
-          const uint64_t x = keys[i], y = keys[partner];
-          const bool descending = (i & k) == 0;
-          if (descending ? x < y : x > y) {
-            keys[i] = y;
-            keys[partner] = x;
-          }
-        }
-      }
-      g.sync();
-    }
-  }
-}
-
-__device__ __forceinline__ uint64_t sort_key(bool forced, float prob, int64_t c) {
-  const uint32_t bits = prob >= 0.0f ? __float_as_uint(prob) : 0u;  // NaN ranks last
-  return (static_cast<uint64_t>(forced) << 63) | (static_cast<uint64_t>(bits) << 31) |
-         static_cast<uint64_t>(kIndexMask - static_cast<uint32_t>(c));
-}
-__device__ __forceinline__ float key_prob(uint64_t key) {
-  return __uint_as_float(static_cast<uint32_t>(key >> 31) & kIndexMask);
-}
-__device__ __forceinline__ int64_t key_index(uint64_t key) {
-  return kIndexMask - static_cast<uint32_t>(key & kIndexMask);
-}
-
-__device__ __forceinline__ int64_t next_pow2(int64_t n) {
-  int64_t p = 1;
-  while (p < n) p <<= 1;
-  return p;
-}
-
 // ---- score + select ----------------------------------------------------------
 
 // The CTA's shared memory (SelectArgs::tile_rows = R rows, row_stride = P):
 //   q_tile  R x D floats, rounded up to 4 (the pooled q rows of one head)
-//   keys    R x P uint64 (a row's logits alias its first P floats)
+//   hist    R radix histograms (row_threshold.cuh)
+//   logits  R x P floats
 //   probs   R x P floats
 struct TileSmem {
   float* q_tile;
-  uint64_t* keys;
+  RadixHistogram* hist;
+  float* logits;
   float* probs;
 };
 
@@ -268,7 +189,8 @@ SPATTN_HD int64_t q_tile_floats(int64_t rows, int64_t head_dim) { return (rows *
 
 SPATTN_HD size_t select_smem_bytes(int64_t rows, int64_t row_stride, int64_t head_dim) {
   return static_cast<size_t>(q_tile_floats(rows, head_dim)) * sizeof(float) +
-         static_cast<size_t>(rows * row_stride) * (sizeof(uint64_t) + sizeof(float));
+         static_cast<size_t>(rows) * sizeof(RadixHistogram) +
+         static_cast<size_t>(rows * row_stride) * 2 * sizeof(float);
 }
 
 // Logits of the tile's rows against key blocks [0, n_tile) of one kv head: a
@@ -276,7 +198,7 @@ SPATTN_HD size_t select_smem_bytes(int64_t rows, int64_t row_stride, int64_t hea
 // allows) and dots it with every pooled q row of the tile (shared memory,
 // read as a broadcast). Row rr keeps the entries below its own n_of[rr].
 __device__ void score_tile(const SelectArgs& a, const float* q_tile, const float* pk, int64_t rows,
-                           const int32_t* n_of, int64_t n_tile, uint64_t* keys) {
+                           const int32_t* n_of, int64_t n_tile, float* logits) {
   const int64_t D = a.head_dim, P = a.row_stride;
   const float scale = static_cast<float>(a.p.scale);
   for (int64_t c = threadIdx.x; c < n_tile; c += blockDim.x) {
@@ -305,7 +227,7 @@ __device__ void score_tile(const SelectArgs& a, const float* q_tile, const float
     }
 #pragma unroll
     for (int rr = 0; rr < kMaxTileRows; ++rr)
-      if (rr < rows && c < n_of[rr]) reinterpret_cast<float*>(keys + rr * P)[c] = acc[rr] * scale;
+      if (rr < rows && c < n_of[rr]) logits[rr * P + c] = acc[rr] * scale;
   }
 }
 
@@ -315,6 +237,7 @@ __device__ void add_softmax(const ThreadGroup& g, float* logits, float* probs, i
   float local_max = -INFINITY;
   for (int64_t c = g.rank; c < n; c += g.size) local_max = fmaxf(local_max, logits[c]);
   const float row_max = group_reduce<true>(g, local_max, scratch);
+  if (row_max == -INFINITY) return;  // no finite score (a block pair without samples): adds nothing
   float local_sum = 0.0f;
   for (int64_t c = g.rank; c < n; c += g.size) {
     const float e = __expf(logits[c] - row_max);
@@ -325,60 +248,45 @@ __device__ void add_softmax(const ThreadGroup& g, float* logits, float* probs, i
   for (int64_t c = g.rank; c < n; c += g.size) probs[c] += logits[c] * inv_sum;
 }
 
-// Number of sorted positions s in [forced, n) whose preceding mass is < tau.
-__device__ int64_t tau_taken(const ThreadGroup& g, double tau, const uint64_t* keys, int64_t forced, int64_t n,
-                             float* fscratch, int32_t* iscratch) {
-  const int64_t chunk = (n + g.size - 1) / g.size;
-  const int64_t s0 = g.rank * chunk, s1 = s0 + chunk < n ? s0 + chunk : n;
-  float own = 0.0f;
-  for (int64_t s = s0; s < s1; ++s) own += key_prob(keys[s]);
-  float mass = group_exclusive_scan(g, own, fscratch);
-  int32_t count = 0;
-  for (int64_t s = s0; s < s1; ++s) {
-    if (s >= forced && (tau >= 1.0 || mass < static_cast<float>(tau))) ++count;
-    mass += key_prob(keys[s]);
-  }
-  int32_t total = 0;
-  group_exclusive_scan(g, count, iscratch, &total);
-  return total;
-}
-
-// Orders, counts and stores one row (query block qb, n allowed blocks, its
-// probabilities in probs): 64-bit sort keys in keys, a bitonic sort, the
-// count rule, and the kept blocks compacted in ascending order into the
-// row's slots.
+// Counts and stores one row (query block qb, n allowed blocks, their
+// probabilities in probs): the forced blocks, then the candidates the mode
+// asks for (tau: the fewest best whose mass, after the forced blocks', reaches
+// tau; 32-bit fixed point), the budgets of kept_count, and the kept blocks
+// compacted in ascending order into the row's slots.
 __device__ void select_row(const SelectArgs& a, const ThreadGroup& g, int64_t row, int64_t qb, int64_t n,
-                           uint64_t* keys, float* probs, float* fscratch, int32_t* iscratch) {
+                           const float* probs, const RowScratch& s) {
   const select_detail::SelectParams& p = a.p;
-  const int64_t sort_len = next_pow2(n > 0 ? n : 1);
-  g.sync();  // probs complete; the row's logits (aliasing keys) consumed
-  for (int64_t c = g.rank; c < sort_len; c += g.size)
-    keys[c] = c < n ? sort_key(select_detail::is_forced(p, qb, c), probs[c], c) : 0ull;
-  g.sync();
-  bitonic_sort_descending(g, keys, sort_len);
-
-  const int64_t forced = select_detail::forced_count(p, qb, n);
-  const int64_t wanted = p.use_tau ? forced + tau_taken(g, p.tau, keys, forced, n, fscratch, iscratch) : p.topk;
-  const int64_t kept = select_detail::kept_count(p, wanted, forced, n);
-
-  // Flags over block indices, then their ascending compaction into the slots.
-  int32_t* flags = reinterpret_cast<int32_t*>(probs);
-  for (int64_t c = g.rank; c < n; c += g.size) flags[c] = 0;
-  g.sync();
-  for (int64_t s = g.rank; s < kept; s += g.size) flags[key_index(keys[s])] = 1;
-  g.sync();
-  const int64_t chunk = (n + g.size - 1) / g.size;
-  const int64_t c0 = g.rank * chunk, c1 = c0 + chunk < n ? c0 + chunk : n;
-  int32_t own = 0;
-  for (int64_t c = c0; c < c1; ++c) own += flags[c];
-  int32_t at = group_exclusive_scan(g, own, iscratch);
-  int32_t* out = a.slots + row * a.capacity;
-  uint8_t* out_full = a.slot_full + row * a.capacity;
-  for (int64_t c = c0; c < c1; ++c)
-    if (flags[c]) {
-      out_full[at] = select_detail::block_is_cut(p, qb, c) ? 0 : 1;
-      out[at++] = static_cast<int32_t>(c);
+  g.sync();  // probs complete
+  const ForcedBlocks forced = forced_blocks(p, qb);
+  const int64_t n_forced = select_detail::forced_count(p, qb, n), candidates = n - n_forced;
+  Threshold t;
+  int64_t asked = 0;  // candidates the mode asks for
+  bool by_mass = false;
+  if (!p.use_tau) {
+    asked = p.topk - n_forced;
+  } else if (p.tau >= 1.0) {
+    asked = candidates;
+  } else {
+    unsigned long long own = 0, forced_mass = 0;
+    for (int64_t c = g.rank; c < n; c += g.size)
+      if (forced.has(c)) own += fixed_mass(probs[c]);
+    group_exclusive_scan(g, own, s.masses, &forced_mass);
+    const auto tau_mass = static_cast<unsigned long long>(p.tau * static_cast<double>(kMassUnit) + 0.5);
+    if (forced_mass < tau_mass) {
+      t = radix_search<true>(g, probs, n, forced, 0, tau_mass - forced_mass, s, &asked);
+      by_mass = true;
     }
+  }
+  const int64_t kept = select_detail::kept_count(p, n_forced + (asked > 0 ? asked : 0), n_forced, n);
+  const int64_t need = kept - n_forced;
+  if (!(by_mass && need == asked)) {
+    t = Threshold{};
+    if (need >= candidates)
+      t.take_equal = n;
+    else if (need > 0)
+      t = radix_search<false>(g, probs, n, forced, need, 0ull, s, &asked);
+  }
+  store_kept(g, p, qb, probs, n, forced, t, a.slots + row * a.capacity, a.slot_full + row * a.capacity, s.counts);
   if (g.rank == 0) a.counts[row] = static_cast<int32_t>(kept);
 }
 
@@ -387,6 +295,8 @@ __global__ void __launch_bounds__(kSelectThreads) score_select_kernel(const Sele
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ float fscratch[kMaxTileRows][kWarp];
   __shared__ int32_t iscratch[kMaxTileRows][kWarp];
+  __shared__ unsigned long long mscratch[kMaxTileRows][kWarp];
+  __shared__ RadixCut cuts[kMaxTileRows];
   const select_detail::SelectParams& p = a.p;
   const int64_t nqb = p.num_q_blocks, R = a.tile_rows, P = a.row_stride, D = a.head_dim;
   const int64_t tiles = (nqb + R - 1) / R;
@@ -395,8 +305,9 @@ __global__ void __launch_bounds__(kSelectThreads) score_select_kernel(const Sele
   const int64_t qb0 = tile * R, rows = R < nqb - qb0 ? R : nqb - qb0;
   TileSmem s;
   s.q_tile = reinterpret_cast<float*>(smem);
-  s.keys = reinterpret_cast<uint64_t*>(s.q_tile + q_tile_floats(R, D));
-  s.probs = reinterpret_cast<float*>(s.keys + R * P);
+  s.hist = reinterpret_cast<RadixHistogram*>(s.q_tile + q_tile_floats(R, D));
+  s.logits = reinterpret_cast<float*>(s.hist + R);
+  s.probs = s.logits + R * P;
 
   int32_t n_of[kMaxTileRows];  // allowed key blocks per row (num_k_blocks fits in 31 bits)
   int64_t n_tile = 0;
@@ -413,8 +324,7 @@ __global__ void __launch_bounds__(kSelectThreads) score_select_kernel(const Sele
   const bool active = r < rows;
   const int64_t n = active ? select_detail::allowed_blocks(p, qb0 + r) : 0;
   float* probs = s.probs + r * P;
-  uint64_t* keys = s.keys + r * P;
-  float* logits = reinterpret_cast<float*>(keys);
+  float* logits = s.logits + r * P;
   for (int64_t c = g.rank; c < n; c += g.size) probs[c] = 0.0f;
 
   const int64_t group_heads = a.q_heads / a.kv_heads;
@@ -422,18 +332,28 @@ __global__ void __launch_bounds__(kSelectThreads) score_select_kernel(const Sele
   for (int64_t t = 0; t < heads_per_row; ++t) {
     const int64_t h = a.per_query_head ? m : m * group_heads + t;
     const float* pq = a.pooled_q + ((b * a.q_heads + h) * nqb + qb0) * D;
+    if (a.sampled) {  // logits from antidiagonal samples (sample_kernel.cuh)
+      if (active) {
+        const float* row_logits = a.sampled + ((b * a.q_heads + h) * nqb + qb0 + r) * p.num_k_blocks;
+        g.sync();  // the previous head's logits are consumed
+        for (int64_t c = g.rank; c < n; c += g.size) logits[c] = row_logits[c];
+        g.sync();
+        add_softmax(g, logits, probs, n, 1.0f / static_cast<float>(heads_per_row), fscratch[r]);
+      }
+      continue;
+    }
     const float* pk = a.pooled_k + (b * a.kv_heads + h / group_heads) * p.num_k_blocks * D;
     __syncthreads();  // the previous head's logits and q tile are consumed
     for (int64_t i = threadIdx.x; i < rows * D; i += blockDim.x) s.q_tile[i] = pq[i];
     __syncthreads();
-    score_tile(a, s.q_tile, pk, rows, n_of, n_tile, s.keys);
+    score_tile(a, s.q_tile, pk, rows, n_of, n_tile, s.logits);
     __syncthreads();
     if (active)
       add_softmax(g, logits, probs, n, 1.0f / static_cast<float>(heads_per_row), fscratch[r]);
   }
   if (active) {
     const int64_t row = (b * a.mask_heads + m) * nqb + qb0 + r;
-    select_row(a, g, row, qb0 + r, n, keys, probs, fscratch[r], iscratch[r]);
+    select_row(a, g, row, qb0 + r, n, probs, RowScratch{s.hist + r, &cuts[r], iscratch[r], mscratch[r]});
   }
 }
 

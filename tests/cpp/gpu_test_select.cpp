@@ -484,9 +484,12 @@ TEST(GpuSelect, DynamicAttentionEqualsTheStaticRunOfItsMasks) {
       EXPECT_EQ(mask.num_heads(), t.config.per_query_head ? t.Hq : t.Hkv);
       EXPECT_LT(mask.density(t.Hq), 0.9);
       dwant.poison();
-      // The dynamic path runs the portable kernel: the static run must too, to match bit for bit.
+      // The static run must use the dynamic path's kernel to match bit for bit:
+      // sm90 where it runs with these blocks, else sm80.
       const CudaKernel chosen = cuda_kernel();
-      cuda_set_kernel(CudaKernel::Sm80);
+      const bool sm90 = chosen != CudaKernel::Sm80 && cuda_sm90_kernel_available() &&
+                        t.config.block_q % 128 == 0 && t.config.block_k % 128 == 0;
+      cuda_set_kernel(sm90 ? CudaKernel::Sm90 : CudaKernel::Sm80);
       cuda_attention(batch_slice(dq.view(), b), batch_slice(dk.view(), b), batch_slice(dv.view(), b),
                      dwant.view(), mask, scale, &want_lse_view);
       cuda_set_kernel(chosen);

@@ -6,7 +6,9 @@
 
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/fwd_sm80/fwd_sm80.hpp"
+#include "cuda/fwd_sm90/fwd_sm90.hpp"
 #include "cuda/plan/device_plan.hpp"
+#include "spattn/cuda.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn::cuda_detail {
@@ -40,6 +42,22 @@ __global__ void __launch_bounds__(kItemThreads) items_kernel(const ItemArgs a) {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Whether the attention of the dynamic path runs on the Hopper kernel: the
+// library's kernel choice (cuda_kernel()), where the device, the build, the
+// head dim and the block sizes allow it. Forcing it where they do not throws.
+bool use_sm90(const SelectConfig& config, int64_t head_dim) {
+  const CudaKernel choice = cuda_kernel();
+  if (choice == CudaKernel::Sm80) return false;
+  const bool fits = fwd_sm90_available() && fwd_sm90_supports_head_dim(head_dim) &&
+                    config.block_q % kSm90Tile.rows == 0 && config.block_k % kSm90Tile.cols == 0;
+  require(fits || choice != CudaKernel::Sm90,
+          "CUDA dynamic attention: the sm90 kernel (SPATTN_CUDA_KERNEL=sm90) needs a device of compute capability "
+          "9.0, a head dim it is built for (",
+          fwd_sm90_head_dims(), ") and block_q, block_k multiples of ", kSm90Tile.cols, "; got head_dim ", head_dim,
+          ", block_q ", config.block_q, ", block_k ", config.block_k);
+  return fits;
+}
+
 }  // namespace
 
 struct DynamicAttention::Items {
@@ -49,19 +67,20 @@ struct DynamicAttention::Items {
   }
 };
 
-DynamicAttention::DynamicAttention(const SelectConfig& config, const SelectShape& shape) : shape_(shape) {
-  require(config.block_q % kSm80Tile.rows == 0, "CUDA dynamic attention: block_q must be a multiple of ",
-          kSm80Tile.rows, ", got ", config.block_q);
-  require(config.block_k % kSm80Tile.cols == 0, "CUDA dynamic attention: block_k must be a multiple of ",
-          kSm80Tile.cols, ", got ", config.block_k);
-  check_fwd_sm80_head_dim(shape.head_dim);
+DynamicAttention::DynamicAttention(const SelectConfig& config, const SelectShape& shape)
+    : shape_(shape), sm90_(use_sm90(config, shape.head_dim)), tile_(sm90_ ? kSm90Tile : kSm80Tile) {
+  require(config.block_q % tile_.rows == 0, "CUDA dynamic attention: block_q must be a multiple of ", tile_.rows,
+          ", got ", config.block_q);
+  require(config.block_k % tile_.cols == 0, "CUDA dynamic attention: block_k must be a multiple of ", tile_.cols,
+          ", got ", config.block_k);
+  if (!sm90_) check_fwd_sm80_head_dim(shape.head_dim);
   selector_ = std::make_unique<BlockSelector>(config, shape);
   shape_mask_ = BlockMask::build(Pattern::dense(config.causal),
                                  MaskShape{shape.q_len, shape.k_len, config.block_q, config.block_k, 1});
   predicate_ = device_mask(shape_mask_, nullptr);
   predicate_.blocks = BlockMaskView{};  // only the expressions are used
-  num_q_tiles_ = ceil_div(shape.q_len, kSm80Tile.rows);
-  num_k_tiles_ = ceil_div(shape.k_len, kSm80Tile.cols);
+  num_q_tiles_ = ceil_div(shape.q_len, tile_.rows);
+  num_k_tiles_ = ceil_div(shape.k_len, tile_.cols);
   items_ = std::make_unique<Items>();
   const int64_t count = shape.batch * selector_->mask_heads() * num_q_tiles_;
   check_cuda(cudaMalloc(reinterpret_cast<void**>(&items_->data), sizeof(WorkItem) * count),
@@ -84,7 +103,7 @@ void DynamicAttention::make_items(cudaStream_t stream) {
   a.mask_heads = selector_->mask_heads();
   a.num_q_tiles = num_q_tiles_;
   a.num_q_blocks = shape_mask_.num_q_blocks();
-  a.tiles_per_block = shape_mask_.block_q() / kSm80Tile.rows;
+  a.tiles_per_block = shape_mask_.block_q() / tile_.rows;
   a.capacity = selector_->capacity();
   const int64_t count = a.batch * a.mask_heads * a.num_q_tiles;
   items_kernel<<<static_cast<unsigned>(ceil_div(count, kItemThreads)), kItemThreads, 0, stream>>>(a);
@@ -125,7 +144,10 @@ void DynamicAttention::attend(const FwdParams& batch_params, DType dtype, cudaSt
     p.plan.num_items = items_per_batch;
     p.plan.num_q_tiles = num_q_tiles_;
     p.plan.num_k_tiles = num_k_tiles_;
-    run_fwd_sm80(p, dtype, stream);
+    if (sm90_)
+      run_fwd_sm90(p, dtype, stream);
+    else
+      run_fwd_sm80(p, dtype, stream);
   }
 }
 

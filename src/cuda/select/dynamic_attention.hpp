@@ -1,8 +1,9 @@
 // cuda/select/dynamic_attention.hpp - select-then-attend on the device: the
 // BlockSelector's arrays handed straight to the fused forward kernel.
 //
-// The forward kernel walks a mask whose block sizes are multiples of its tile
-// (kSm80Tile) through its own arrays and reaches a row's entries only through
+// The forward kernel (sm90 where cuda_attention would choose it and the block
+// sizes are multiples of its 128 x 128 tile, else sm80) walks a mask whose
+// block sizes are multiples of its tile through its own arrays and reaches a row's entries only through
 // the work items' [begin, end) ranges. So it can read the selector's slot
 // layout directly (fixed `capacity` entries per row, the first `count` used:
 // kv_indices = slots, kv_full = slot full flags) and the packing into
@@ -28,8 +29,9 @@ namespace spattn::cuda_detail {
 
 class DynamicAttention {
  public:
-  // Throws spattn::Error unless block_q is a multiple of the kernel tile's
-  // rows, block_k of its columns, and the head dim is built.
+  // Chooses the forward kernel (use_sm90 in the .cu file). Throws
+  // spattn::Error unless block_q is a multiple of the kernel tile's rows,
+  // block_k of its columns, and the head dim is built.
   DynamicAttention(const SelectConfig& config, const SelectShape& shape);
   ~DynamicAttention();
   DynamicAttention(const DynamicAttention&) = delete;
@@ -58,6 +60,8 @@ class DynamicAttention {
   SelectShape shape_;
   std::unique_ptr<BlockSelector> selector_;
   BlockMask shape_mask_;
+  bool sm90_ = false;  // the forward kernel: sm90 or sm80
+  TileShape tile_;     // its tile
   DeviceMaskView predicate_;  // shape_mask_'s expressions on the device
   int64_t num_q_tiles_ = 0, num_k_tiles_ = 0;
   std::unique_ptr<Items> items_;

@@ -12,8 +12,10 @@
 //   consumers (two warpgroups, 64 rows each), per tile:
 //     wait K(n); S = Q K(n)^T            (wgmma, both from shared memory)
 //     mask S: nothing on full tiles, key bounds on a ragged last tile, the
-//             sub-block bits and the pattern predicate on partial tiles
-//             (tile_mask.cuh, the same code as the sm80 kernel)
+//             sub-block bits and the pattern predicate on partial tiles; in
+//             the passes of a dilated split, the other pass's pairs
+//             (DilatedExclusion in fwd_params.hpp) (tile_mask.cuh, the same
+//             code as the sm80 kernel)
 //     online softmax in fp32 with exp2   (online_softmax.cuh)
 //     wait V(n); O += P V(n)             (wgmma, P from registers, V read
 //                                         transposed from shared memory)
@@ -205,13 +207,27 @@ __device__ __forceinline__ void issue_pv(float (&o)[1][Tr::kDAtoms][4], const ui
   wgmma_commit();
 }
 
-// Masks a tile's scores: nothing on full tiles, key bounds on a ragged last
-// tile, `keep` on partial tiles.
+// Masks a tile's scores: `keep` where it drops something (partial tiles, a
+// dilated split's exclusion), key bounds on a ragged full tile.
 template <typename Tr>
 __device__ __forceinline__ void mask_scores(float (&s)[1][Tr::kNAtoms][4], bool full, uint64_t keep, int64_t k0,
                                             int64_t k_len, int lane) {
-  if (!full) apply_keep_bits<Tr>(s, keep);
+  if (keep != ~uint64_t{0}) apply_keep_bits<Tr>(s, keep);
   if (full && k0 + Tr::kBlockN > k_len) mask_key_bounds<Tr>(s, k_len - k0, lane);
+}
+
+// The keep bits of a tile, computed before S is live: all on full tiles,
+// partial_keep_bits on partial ones; less the pairs a dilated split leaves to
+// its other pass (the rest's exclusion on partial tiles, the permuted pass's
+// on every tile).
+template <typename Tr>
+__device__ __forceinline__ uint64_t tile_keep_bits(const FwdParams& p, const PatternExpr& expr, const TileWalk& tile,
+                                                   bool full, const SequenceSpan& seq, int64_t h, int64_t q0,
+                                                   int64_t k0, int warp, int lane) {
+  uint64_t keep = full ? ~uint64_t{0} : partial_keep_bits<Tr>(p, expr, tile, seq, h, q0, k0, warp, lane);
+  if (p.exclude.kind == Exclusion::FullRuns || (p.exclude.kind == Exclusion::Rest && !full))
+    keep &= ~excluded_bits<Tr>(p, seq, h, q0, k0, warp, lane);
+  return keep;
 }
 
 // One work unit of a consumer warpgroup. Per tile n the products are issued
@@ -254,8 +270,8 @@ __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<
         next_full = next.full(plan);
       }
     };
-    // Keep bits of a partial tile, computed before S is live.
-    uint64_t keep = full ? ~uint64_t{0} : partial_keep_bits<Tr>(p, expr, tile, seq, w.h, w.q0, k0, warp, lane);
+    // Keep bits of the tile (all on a full tile without exclusion), computed before S is live.
+    uint64_t keep = tile_keep_bits<Tr>(p, expr, tile, full, seq, w.h, w.q0, k0, warp, lane);
     float s[1][Tr::kNAtoms][4];
     uint32_t pa[Tr::kBlockN / 16][4];
     mbarrier_wait(sm.q_full(), q_parity);
@@ -280,7 +296,7 @@ __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<
       tile = next;
       k0 = next_k0;
       full = next_full;
-      keep = full ? ~uint64_t{0} : partial_keep_bits<Tr>(p, expr, tile, seq, w.h, w.q0, k0, warp, lane);
+      keep = tile_keep_bits<Tr>(p, expr, tile, full, seq, w.h, w.q0, k0, warp, lane);
       mbarrier_wait(sm.k_full(slot.stage), slot.parity);
       mbarrier_wait(sm.v_full(previous.stage), previous.parity);
       schedule.wait_turn();

@@ -319,22 +319,28 @@ void cuda_attention_varlen(const TensorView& q, const TensorView& k, const Tenso
                            void* stream) {
   validate_attention_varlen(q, k, v, out, batch, mask, lse);
   cuda_detail::FwdParams p = kernel_params(q, k, v, out, scale, lse);
-  require(current_kernel() != CudaKernel::Sm90,
-          "CUDA backend: the sm90 kernel (SPATTN_CUDA_KERNEL=sm90) does not run variable-length batches yet");
   require(cuda_is_device_pointer(batch.cu_seqlens_q), "CUDA backend: cu_seqlens_q must point to device memory");
   require(cuda_is_device_pointer(batch.cu_seqlens_k), "CUDA backend: cu_seqlens_k must point to device memory");
-  cuda_detail::check_fwd_sm80_head_dim(p.head_dim);
-  cuda_detail::check_tile_fit(mask, cuda_detail::kSm80Tile);
+  // A packed batch without queries or keys has no product to compute (and no
+  // rows for the sm90 kernel's tensor maps): the sm80 kernel writes its rows.
+  const bool empty = q.seq_len() == 0 || k.seq_len() == 0;
+  const bool sm90 = !empty && use_sm90(p, mask);
+  if (!sm90) {
+    cuda_detail::check_fwd_sm80_head_dim(p.head_dim);
+    cuda_detail::check_tile_fit(mask, cuda_detail::kSm80Tile);
+  }
   // The grid's batch axis walks the sequences; lengths come from cu_seqlens on the device.
   p.batch = batch.num_seqs;
   p.q_len = mask.q_len();
   p.k_len = mask.k_len();
   p.varlen.cu_seqlens_q = batch.cu_seqlens_q;
   p.varlen.cu_seqlens_k = batch.cu_seqlens_k;
+  p.varlen.total_q = q.seq_len();
+  p.varlen.total_k = k.seq_len();
   const auto s = static_cast<cudaStream_t>(stream);
   p.mask = cuda_detail::device_mask(mask, s);
-  p.plan = cuda_detail::device_tile_plan(mask, cuda_detail::kSm80Tile, s);
-  run_fused(p, q.dtype, false, s);
+  p.plan = cuda_detail::device_tile_plan(mask, sm90 ? cuda_detail::kSm90Tile : cuda_detail::kSm80Tile, s);
+  run_fused(p, q.dtype, sm90, s);
 }
 
 void cuda_naive_attention(const TensorView& q, const TensorView& k, const TensorView& v,

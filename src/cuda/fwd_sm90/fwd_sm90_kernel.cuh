@@ -25,6 +25,12 @@
 //   then O / l and the LSE (or a split row's partial result) are written.
 // Rows past q_len and keys past k_len arrive as zeros (TMA fills outside the
 // tensor); key bounds are masked in registers, rows past q_len never written.
+// In a packed varlen batch (sequence_span.hpp) the maps cover the packed
+// rows: a unit loads its sequence's rows from q_first / k_first on; keys past
+// the sequence's end (the next sequence's) are masked against its k_len and
+// rows past it never written, as above; query tiles past its end are skipped
+// by producer and consumers alike, and the key walk stops at its last key
+// tile.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -122,23 +128,27 @@ __device__ __forceinline__ void produce(const FwdParams& p, const Sm90TensorMaps
   uint32_t q_loads = 0;
   for (int64_t unit = blockIdx.x; unit < units; unit += gridDim.x) {
     const Sm90Work w = Sm90Work::at(p, unit, Tr::kBlockM);
+    const SequenceSpan seq = sequence_span(p, w.b);
     TileWalk walk = TileWalk::entries(w.item.begin, w.item.end);
-    if (!walk.valid(plan, tiles_per_block)) continue;
+    // The consumers skip the same units (consume_unit): nothing is loaded for them.
+    if (w.q0 >= seq.q_len || !walk.valid(plan, tiles_per_block, Tr::kBlockN, seq.k_len)) continue;
     if (q_loads > 0) mbarrier_wait(sm.q_free(), (q_loads - 1) & 1u);  // the last unit's S products are done
     ++q_loads;
     mbarrier_arrive_expect_tx(sm.q_full(), Tr::kQBytes);
-    tma_load_tile<Tr>(sm.q(), Tr::kQPanelBytes, maps.q, sm.q_full(), w.q0, w.h, w.b);
+    tma_load_tile<Tr>(sm.q(), Tr::kQPanelBytes, maps.q, sm.q_full(), seq.q_first + w.q0, w.h, seq.batch);
     do {
-      const int64_t k0 = walk.key_tile(plan, tiles_per_block) * Tr::kBlockN;
+      const int64_t k_row = seq.k_first + walk.key_tile(plan, tiles_per_block) * Tr::kBlockN;
       mbarrier_wait(sm.k_free(slot.stage), slot.parity ^ 1u);
       mbarrier_arrive_expect_tx(sm.k_full(slot.stage), Tr::kKVBytes);
-      tma_load_tile<Tr>(sm.k(slot.stage), Tr::kKVPanelBytes, maps.k, sm.k_full(slot.stage), k0, w.kv_head, w.b);
+      tma_load_tile<Tr>(sm.k(slot.stage), Tr::kKVPanelBytes, maps.k, sm.k_full(slot.stage), k_row, w.kv_head,
+                        seq.batch);
       mbarrier_wait(sm.v_free(slot.stage), slot.parity ^ 1u);
       mbarrier_arrive_expect_tx(sm.v_full(slot.stage), Tr::kKVBytes);
-      tma_load_tile<Tr>(sm.v(slot.stage), Tr::kKVPanelBytes, maps.v, sm.v_full(slot.stage), k0, w.kv_head, w.b);
+      tma_load_tile<Tr>(sm.v(slot.stage), Tr::kKVPanelBytes, maps.v, sm.v_full(slot.stage), k_row, w.kv_head,
+                        seq.batch);
       slot.advance();
       walk.advance(tiles_per_block);
-    } while (walk.valid(plan, tiles_per_block));
+    } while (walk.valid(plan, tiles_per_block, Tr::kBlockN, seq.k_len));
   }
 }
 
@@ -208,7 +218,8 @@ __device__ __forceinline__ void issue_pv(float (&o)[1][Tr::kDAtoms][4], const ui
 }
 
 // Masks a tile's scores: `keep` where it drops something (partial tiles, a
-// dilated split's exclusion), key bounds on a ragged full tile.
+// dilated split's exclusion), key bounds on a ragged full tile (the keys past
+// k_len are zeros, or in a packed varlen batch the next sequence's).
 template <typename Tr>
 __device__ __forceinline__ void mask_scores(float (&s)[1][Tr::kNAtoms][4], bool full, uint64_t keep, int64_t k0,
                                             int64_t k_len, int lane) {
@@ -243,7 +254,8 @@ __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<
   const DeviceTilePlanView& plan = p.plan;
   const int64_t tiles_per_block = plan.blocks.block_k / Tr::kBlockN;
   const PatternExpr& expr = p.mask.exprs != nullptr ? *p.mask.expr_for_head(w.h, p.q_heads) : kNoPatternExpr;
-  const SequenceSpan seq = sequence_span(p, w.b);  // a regular batch: varlen calls run on the sm80 kernel
+  const SequenceSpan seq = sequence_span(p, w.b);
+  if (w.q0 >= seq.q_len) return;  // a varlen query tile past its sequence's end (produce skips it too)
   float o[1][Tr::kDAtoms][4];
   float m[1][2] = {{kNegInf, kNegInf}}, l[1][2] = {{0.0f, 0.0f}};
 #pragma unroll
@@ -252,7 +264,7 @@ __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<
     for (int c = 0; c < 4; ++c) o[0][d][c] = 0.0f;
 
   TileWalk tile = TileWalk::entries(w.item.begin, w.item.end);
-  if (tile.valid(plan, tiles_per_block)) {
+  if (tile.valid(plan, tiles_per_block, Tr::kBlockN, seq.k_len)) {
     // The current tile (`tile`, its first key, whether it is full) and the
     // next one, whose plan entries are read while the current tile's products
     // run, so that no global-memory latency sits between two issues.
@@ -264,7 +276,7 @@ __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<
     const auto read_next = [&] {
       next = tile;
       next.advance(tiles_per_block);
-      has_next = next.valid(plan, tiles_per_block);
+      has_next = next.valid(plan, tiles_per_block, Tr::kBlockN, seq.k_len);
       if (has_next) {
         next_k0 = next.key_tile(plan, tiles_per_block) * Tr::kBlockN;
         next_full = next.full(plan);

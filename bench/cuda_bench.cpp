@@ -150,11 +150,11 @@ std::vector<int64_t> varlen_lengths(const Options& o) {
   return lengths;
 }
 
-// The kernel that ran: the naive baseline, or the fused kernel cuda_attention
-// chose (the sm90 kernel hands dilated splits to the sm80 one).
-const char* kernel_name(bool naive, bool sm90, const std::string& name) {
+// The kernel that ran: the naive baseline, or the fused kernel the call chose
+// (both passes of a dilated split and varlen batches run on it too).
+const char* kernel_name(bool naive, bool sm90) {
   if (naive) return "naive";
-  return sm90 && name != "dilated" && name != "dilated-only" ? "sm90" : "sm80";
+  return sm90 ? "sm90" : "sm80";
 }
 
 void run(const Options& o) {
@@ -239,7 +239,7 @@ void run(const Options& o) {
         "\"dtype\": \"%s\", \"block\": %lld, \"kept_pairs\": %lld, \"density\": %.6f, \"time_ms\": %.4f, "
         "\"min_ms\": %.4f, \"tflops\": %.2f, \"mask_build_ms\": %.2f, \"prepare_ms\": %.2f, \"blocks\": %lld, \"full_blocks\": %lld, "
         "\"varlen_seqs\": %lld}\n",
-        name.c_str(), kernel_name(naive, sm90 && o.varlen == 0, name), static_cast<long long>(B),
+        name.c_str(), kernel_name(naive, sm90), static_cast<long long>(B),
         static_cast<long long>(H),
         static_cast<long long>(L), static_cast<long long>(D), dtype_name(o.dtype), static_cast<long long>(o.block),
         static_cast<long long>(kept), density, median_ms, times.front(), tflops, build_ms, prepare_ms,

@@ -101,7 +101,7 @@ fi
 
 if want bench; then
   # Both fused kernels in the same run: sm80 forced, then the library's choice
-  # (the sm90 kernel where it runs; dilated splits stay on sm80).
+  # (the sm90 kernel where it runs, dilated splits included).
   for shape in $(echo "${SHAPES:-32768x16,131072x8}" | tr , ' '); do
     seq=${shape%x*}; heads=${shape#*x}
     for kernel in sm80 fused; do

@@ -177,9 +177,11 @@ void run_fused(cuda_detail::FwdParams p, DType dtype, bool sm90, cudaStream_t s)
 // the rest of the pattern into out and the LSE (the caller's or scratch), the
 // gather of q, k, v into (segment, residue) groups, block-diagonal attention
 // over them (less the rest's full runs) into fp32 scratch, and the merge back
-// into out and the LSE.
+// into out and the LSE. Both passes run on the kernel the split was made for
+// (sm90 or not).
 void run_dilated_split(const cuda_detail::DilatedSplit& split, const cuda_detail::FwdParams& p, DType dtype,
-                       cudaStream_t s) {
+                       bool sm90, cudaStream_t s) {
+  const cuda_detail::TileShape tile = sm90 ? cuda_detail::kSm90Tile : cuda_detail::kSm80Tile;
   cuda_detail::PermuteGeometry g;
   g.batch = p.batch;
   g.heads = p.q_heads;
@@ -210,7 +212,7 @@ void run_dilated_split(const cuda_detail::DilatedSplit& split, const cuda_detail
     rest.lse_stride_l = 1;
   }
   rest.mask = cuda_detail::device_mask(split.rest, s);
-  rest.plan = cuda_detail::device_tile_plan(split.rest, cuda_detail::kSm80Tile, s);
+  rest.plan = cuda_detail::device_tile_plan(split.rest, tile, s);
   rest.exclude.kind = cuda_detail::Exclusion::Rest;
   rest.exclude.causal = split.causal;
   rest.exclude.segment = split.segment;
@@ -241,13 +243,13 @@ void run_dilated_split(const cuda_detail::DilatedSplit& split, const cuda_detail
   perm.exclude.runs = cuda_detail::device_table(split.rest, split.full_runs, s);
   perm.exclude.runs_per_head = split.rest.num_heads() != 1;
   perm.mask = cuda_detail::device_mask(split.permuted, s);
-  perm.plan = cuda_detail::device_tile_plan(split.permuted, cuda_detail::kSm80Tile, s);
+  perm.plan = cuda_detail::device_tile_plan(split.permuted, tile, s);
 
-  run_fused(rest, dtype, false, s);
+  run_fused(rest, dtype, sm90, s);
   cuda_detail::launch_dilated_gather(g, p.q, 1, p.k_len - p.q_len, qp, dtype, s);
   cuda_detail::launch_dilated_gather(g, p.k, p.q_heads / p.kv_heads, 0, kp, dtype, s);
   cuda_detail::launch_dilated_gather(g, p.v, p.q_heads / p.kv_heads, 0, vp, dtype, s);
-  run_fused(perm, dtype, false, s);
+  run_fused(perm, dtype, sm90, s);
   cuda_detail::launch_dilated_merge(g, rest, op, lsep, dtype, s);
 }
 
@@ -278,38 +280,37 @@ CudaKernel cuda_kernel() { return current_kernel(); }
 bool cuda_sm90_kernel_available() { return cuda_detail::fwd_sm90_available(); }
 
 void cuda_prepare_mask(const BlockMask& mask) {
-  const cuda_detail::DeviceTilePlanView plan = cuda_detail::device_tile_plan(mask, cuda_detail::kSm80Tile, nullptr);
-  if (plan.num_split_rows > 0) cuda_detail::scratch_pool();
+  // The plans of each kernel that may run the mask (the head dim decides between them at the call).
+  const auto prepare = [&](cuda_detail::TileShape tile) {
+    if (cuda_detail::device_tile_plan(mask, tile, nullptr).num_split_rows > 0) cuda_detail::scratch_pool();
+    if (const auto split = cuda_detail::dilated_split(mask, tile)) {
+      cuda_detail::device_tile_plan(split->rest, tile, nullptr);
+      cuda_detail::device_tile_plan(split->permuted, tile, nullptr);
+      cuda_detail::device_table(split->rest, split->full_runs, nullptr);
+      cuda_detail::scratch_pool();
+    }
+  };
+  prepare(cuda_detail::kSm80Tile);
   if (current_kernel() != CudaKernel::Sm80 && cuda_detail::fwd_sm90_available() &&
-      cuda_detail::tile_fits(mask, cuda_detail::kSm90Tile) &&
-      cuda_detail::device_tile_plan(mask, cuda_detail::kSm90Tile, nullptr).num_split_rows > 0)
-    cuda_detail::scratch_pool();
-  if (const auto split = cuda_detail::dilated_split(mask, cuda_detail::kSm80Tile)) {
-    cuda_detail::device_tile_plan(split->rest, cuda_detail::kSm80Tile, nullptr);
-    cuda_detail::device_tile_plan(split->permuted, cuda_detail::kSm80Tile, nullptr);
-    cuda_detail::device_table(split->rest, split->full_runs, nullptr);
-    cuda_detail::scratch_pool();
-  }
+      cuda_detail::tile_fits(mask, cuda_detail::kSm90Tile))
+    prepare(cuda_detail::kSm90Tile);
 }
 
 void cuda_attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                     const BlockMask& mask, double scale, const TensorView* lse, void* stream) {
   cuda_detail::FwdParams p = make_params(q, k, v, out, mask, scale, lse);
   const auto s = static_cast<cudaStream_t>(stream);
-  const std::shared_ptr<const cuda_detail::DilatedSplit> split =
-      cuda_detail::tile_fits(mask, cuda_detail::kSm80Tile) ? cuda_detail::dilated_split(mask, cuda_detail::kSm80Tile)
-                                                           : nullptr;
-  const bool dilated = split && split->query_heads == p.q_heads;
-  require(!dilated || current_kernel() != CudaKernel::Sm90,
-          "CUDA backend: the sm90 kernel (SPATTN_CUDA_KERNEL=sm90) does not run dilated patterns yet");
-  const bool sm90 = !dilated && use_sm90(p, mask);
+  const bool sm90 = use_sm90(p, mask);
   if (!sm90) {
     cuda_detail::check_fwd_sm80_head_dim(p.head_dim);
     cuda_detail::check_tile_fit(mask, cuda_detail::kSm80Tile);
   }
-  if (dilated) return run_dilated_split(*split, p, q.dtype, s);
+  const cuda_detail::TileShape tile = sm90 ? cuda_detail::kSm90Tile : cuda_detail::kSm80Tile;
+  // The split's full runs depend on the tile (dilated_split.hpp), so it is made for the chosen kernel.
+  const std::shared_ptr<const cuda_detail::DilatedSplit> split = cuda_detail::dilated_split(mask, tile);
+  if (split && split->query_heads == p.q_heads) return run_dilated_split(*split, p, q.dtype, sm90, s);
   p.mask = cuda_detail::device_mask(mask, s);
-  p.plan = cuda_detail::device_tile_plan(mask, sm90 ? cuda_detail::kSm90Tile : cuda_detail::kSm80Tile, s);
+  p.plan = cuda_detail::device_tile_plan(mask, tile, s);
   run_fused(p, q.dtype, sm90, s);
 }
 
@@ -318,22 +319,28 @@ void cuda_attention_varlen(const TensorView& q, const TensorView& k, const Tenso
                            void* stream) {
   validate_attention_varlen(q, k, v, out, batch, mask, lse);
   cuda_detail::FwdParams p = kernel_params(q, k, v, out, scale, lse);
-  require(current_kernel() != CudaKernel::Sm90,
-          "CUDA backend: the sm90 kernel (SPATTN_CUDA_KERNEL=sm90) does not run variable-length batches yet");
   require(cuda_is_device_pointer(batch.cu_seqlens_q), "CUDA backend: cu_seqlens_q must point to device memory");
   require(cuda_is_device_pointer(batch.cu_seqlens_k), "CUDA backend: cu_seqlens_k must point to device memory");
-  cuda_detail::check_fwd_sm80_head_dim(p.head_dim);
-  cuda_detail::check_tile_fit(mask, cuda_detail::kSm80Tile);
+  // A packed batch without queries or keys has no product to compute (and no
+  // rows for the sm90 kernel's tensor maps): the sm80 kernel writes its rows.
+  const bool empty = q.seq_len() == 0 || k.seq_len() == 0;
+  const bool sm90 = !empty && use_sm90(p, mask);
+  if (!sm90) {
+    cuda_detail::check_fwd_sm80_head_dim(p.head_dim);
+    cuda_detail::check_tile_fit(mask, cuda_detail::kSm80Tile);
+  }
   // The grid's batch axis walks the sequences; lengths come from cu_seqlens on the device.
   p.batch = batch.num_seqs;
   p.q_len = mask.q_len();
   p.k_len = mask.k_len();
   p.varlen.cu_seqlens_q = batch.cu_seqlens_q;
   p.varlen.cu_seqlens_k = batch.cu_seqlens_k;
+  p.varlen.total_q = q.seq_len();
+  p.varlen.total_k = k.seq_len();
   const auto s = static_cast<cudaStream_t>(stream);
   p.mask = cuda_detail::device_mask(mask, s);
-  p.plan = cuda_detail::device_tile_plan(mask, cuda_detail::kSm80Tile, s);
-  run_fused(p, q.dtype, false, s);
+  p.plan = cuda_detail::device_tile_plan(mask, sm90 ? cuda_detail::kSm90Tile : cuda_detail::kSm80Tile, s);
+  run_fused(p, q.dtype, sm90, s);
 }
 
 void cuda_naive_attention(const TensorView& q, const TensorView& k, const TensorView& v,

@@ -116,37 +116,6 @@ TEST(GpuAttention, GroupedQueryHeadsBatchesAndLayouts) {
     }
 }
 
-// Dilated terms through the token permutation (cuda/plan/dilated_split.hpp):
-// the benchmark's union with a window, multi-branch and plain dilated
-// patterns, odd and unequal lengths (ragged first and last segments), heads of
-// every residue, GQA, both layouts, fp32 output, mask blocks off the tile.
-TEST(GpuAttention, DilatedThroughThePermutation) {
-  SPATTN_REQUIRE_GPU();
-  const Pattern bench = Pattern::unite(Pattern::dilated({512}, {4}, true), Pattern::sliding_window(128));
-  const Pattern branches = Pattern::unite(Pattern::dilated({256, 1024}, {2, 8}, true), Pattern::sliding_window(64));
-  struct Shape {
-    int64_t lq, lk, q_heads, kv_heads, block;
-  };
-  uint64_t seed = 1500;
-  for (const Shape& sh : {Shape{2048, 2048, 4, 4, 128}, Shape{2047, 2047, 8, 2, 64}, Shape{1000, 2500, 5, 5, 128},
-                          Shape{2500, 1000, 4, 1, 32}, Shape{4099, 4099, 4, 4, 256}})
-    for (const Pattern& pattern : {bench, branches, Pattern::dilated({512}, {2}, false)}) {
-      GpuProblem pr;
-      pr.pattern = pattern;
-      pr.q_len = sh.lq;
-      pr.k_len = sh.lk;
-      pr.q_heads = sh.q_heads;
-      pr.kv_heads = sh.kv_heads;
-      pr.block_q = pr.block_k = sh.block;
-      pr.head_dim = seed % 2 ? 128 : 64;
-      pr.dtype = pr.out_dtype = seed % 3 ? DType::BF16 : DType::F16;
-      if (seed % 5 == 0) pr.out_dtype = DType::F32;
-      pr.layout = seed % 4 == 1 ? Layout::BLHD : Layout::BHLD;
-      pr.batch = seed % 7 == 0 ? 2 : 1;
-      expect_matches_reference(pr, seed++);
-    }
-}
-
 TEST(GpuAttention, RowsWithoutKeysAndFp32Output) {
   SPATTN_REQUIRE_GPU();
   // Row blocks 1 and 3 keep nothing.

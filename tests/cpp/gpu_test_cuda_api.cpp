@@ -135,12 +135,14 @@ TEST(CudaTilePlan, RejectsBlocksThatDoNotFitTheTile) {
 // the permuted pass (the chosen term's pairs in regular segments outside the
 // rest's full runs, found again through the permuted block-diagonal mask) or
 // the rest (its full blocks whole, its partial blocks less the term's regular
-// pairs).
-void expect_split_partitions_the_mask(const Pattern& pattern, int64_t lq, int64_t lk, int64_t heads, int64_t block) {
+// pairs). Checked for the split of each kernel tile (sm80 128 x 64, sm90
+// 128 x 128), whose full runs differ.
+void expect_split_partitions_the_mask(const Pattern& pattern, int64_t lq, int64_t lk, int64_t heads, int64_t block,
+                                      TileShape tile) {
   SCOPED_TRACE(pattern.describe() + " Lq " + std::to_string(lq) + " Lk " + std::to_string(lk) + " block " +
-               std::to_string(block));
+               std::to_string(block) + " tile " + std::to_string(tile.rows) + "x" + std::to_string(tile.cols));
   const BlockMask mask = BlockMask::build(pattern, MaskShape{lq, lk, block, block, heads});
-  const auto split = cuda_detail::make_dilated_split(mask, TileShape{128, 64});
+  const auto split = cuda_detail::make_dilated_split(mask, tile);
   ASSERT_NE(split, nullptr);
   const int64_t w = split->segment, r = split->rate, shift = lk - lq;
   const int64_t p_hi = split->first_position + split->num_segments * w;
@@ -168,6 +170,11 @@ void expect_split_partitions_the_mask(const Pattern& pattern, int64_t lq, int64_
   EXPECT_LE(split->rest.num_blocks(), mask.num_blocks());
 }
 
+void expect_split_partitions_the_mask(const Pattern& pattern, int64_t lq, int64_t lk, int64_t heads, int64_t block) {
+  for (const TileShape tile : {TileShape{128, 64}, TileShape{128, 128}})
+    expect_split_partitions_the_mask(pattern, lq, lk, heads, block, tile);
+}
+
 TEST(CudaDilatedSplit, PartitionsEveryPairOnce) {
   const Pattern bench = Pattern::unite(Pattern::dilated({256}, {4}, true), Pattern::sliding_window(64));
   expect_split_partitions_the_mask(bench, 1024, 1024, 4, 128);
@@ -180,6 +187,26 @@ TEST(CudaDilatedSplit, PartitionsEveryPairOnce) {
   expect_split_partitions_the_mask(Pattern::dilated({128, 512}, {2, 4}, false), 900, 900, 4, 64);
   expect_split_partitions_the_mask(
       Pattern::unite(Pattern::dilated({512}, {8}, false), Pattern::streaming(16, 100)), 777, 777, 8, 16);
+}
+
+// Full runs exist only where the kernel walks the mask's own blocks (blocks
+// multiples of its tile): 128 x 64 blocks have them for the sm80 tile, not for
+// the sm90 one; 128 x 128 blocks for both.
+TEST(CudaDilatedSplit, FullRunsFollowTheKernelTile) {
+  const Pattern with_causal = Pattern::unite(Pattern::dilated({256}, {4}, true), Pattern::causal());
+  auto has_runs = [&](int64_t block_k, TileShape tile) {
+    const auto split =
+        cuda_detail::make_dilated_split(BlockMask::build(with_causal, MaskShape{1024, 1024, 128, block_k, 4}), tile);
+    EXPECT_NE(split, nullptr);
+    if (!split) return false;
+    for (size_t n = 0; n < split->full_runs.size(); n += 2)
+      if (split->full_runs[n] != split->full_runs[n + 1]) return true;
+    return false;
+  };
+  EXPECT_TRUE(has_runs(64, TileShape{128, 64}));
+  EXPECT_FALSE(has_runs(64, TileShape{128, 128}));
+  EXPECT_TRUE(has_runs(128, TileShape{128, 64}));
+  EXPECT_TRUE(has_runs(128, TileShape{128, 128}));
 }
 
 TEST(CudaDilatedSplit, OnlyWhereThePermutationIsExact) {

@@ -1,13 +1,12 @@
 // tests/cpp/gpu_test_kernels.cpp - the two fused CUDA kernels, each forced
 // (cuda_set_kernel), against the fp64 reference on the key cases: every
-// pattern but the dilated split (portable kernel only), both dtypes, head dims
-// 64 and 128, odd lengths, Lq != Lk both ways, GQA, batches, both layouts,
-// mask blocks 16..256, rows with no allowed key, split rows. The Hopper kernel
+// pattern, both dtypes, head dims 64 and 128, odd lengths, Lq != Lk both ways,
+// GQA, batches, both layouts, mask blocks 16..256, rows with no allowed key,
+// split rows, dilated terms through the token permutation. The Hopper kernel
 // (sm90) runs only on a device of compute capability 9.0 with a build for it;
 // elsewhere its cases are skipped.
 #include <gtest/gtest.h>
 
-#include <memory>
 #include <random>
 #include <vector>
 
@@ -17,31 +16,7 @@
 namespace spattn::testing {
 namespace {
 
-// Forces a kernel for the scope of the object, then restores the previous choice.
-class ForcedKernel {
- public:
-  explicit ForcedKernel(CudaKernel kernel) : previous_(cuda_kernel()) { cuda_set_kernel(kernel); }
-  ~ForcedKernel() { cuda_set_kernel(previous_); }
-  ForcedKernel(const ForcedKernel&) = delete;
-  ForcedKernel& operator=(const ForcedKernel&) = delete;
-
- private:
-  CudaKernel previous_;
-};
-
-class GpuKernels : public ::testing::TestWithParam<CudaKernel> {
- protected:
-  void SetUp() override {
-    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-    if (GetParam() == CudaKernel::Sm90 && !cuda_sm90_kernel_available())
-      GTEST_SKIP() << "the sm90 kernel needs a device of compute capability 9.0 and a build for it";
-    forced_ = std::make_unique<ForcedKernel>(GetParam());
-  }
-  void TearDown() override { forced_.reset(); }
-
- private:
-  std::unique_ptr<ForcedKernel> forced_;
-};
+class GpuKernels : public ForcedKernelTest {};
 
 TEST_P(GpuKernels, EveryPatternBothDtypesBothHeadDims) {
   std::mt19937_64 rng(2101);
@@ -152,14 +127,45 @@ TEST_P(GpuKernels, SplitLongRows) {
     }
 }
 
+// Dilated terms through the token permutation (cuda/plan/dilated_split.hpp),
+// both passes on the forced kernel, the split made for its tile: the
+// benchmark's union with a window, multi-branch and plain dilated patterns,
+// odd and unequal lengths (ragged first and last segments), heads of every
+// residue, GQA, both layouts, fp32 output, mask blocks off the tile (64 and
+// 32: no full runs for the sm90 tile, and for 32 none for the sm80 tile).
+TEST_P(GpuKernels, DilatedThroughThePermutation) {
+  const Pattern bench = Pattern::unite(Pattern::dilated({512}, {4}, true), Pattern::sliding_window(128));
+  const Pattern branches = Pattern::unite(Pattern::dilated({256, 1024}, {2, 8}, true), Pattern::sliding_window(64));
+  struct Shape {
+    int64_t lq, lk, q_heads, kv_heads, block;
+  };
+  uint64_t seed = 1500;
+  for (const Shape& sh : {Shape{2048, 2048, 4, 4, 128}, Shape{2047, 2047, 8, 2, 64}, Shape{1000, 2500, 5, 5, 128},
+                          Shape{2500, 1000, 4, 1, 32}, Shape{4099, 4099, 4, 4, 256}})
+    for (const Pattern& pattern : {bench, branches, Pattern::dilated({512}, {2}, false)}) {
+      GpuProblem pr;
+      pr.pattern = pattern;
+      pr.q_len = sh.lq;
+      pr.k_len = sh.lk;
+      pr.q_heads = sh.q_heads;
+      pr.kv_heads = sh.kv_heads;
+      pr.block_q = pr.block_k = sh.block;
+      pr.head_dim = seed % 2 ? 128 : 64;
+      pr.dtype = pr.out_dtype = seed % 3 ? DType::BF16 : DType::F16;
+      if (seed % 5 == 0) pr.out_dtype = DType::F32;
+      pr.layout = seed % 4 == 1 ? Layout::BLHD : Layout::BHLD;
+      pr.batch = seed % 7 == 0 ? 2 : 1;
+      expect_matches_reference(pr, seed++);
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Forced, GpuKernels, ::testing::Values(CudaKernel::Sm80, CudaKernel::Sm90),
-                         [](const ::testing::TestParamInfo<CudaKernel>& info) {
-                           return info.param == CudaKernel::Sm80 ? "sm80" : "sm90";
-                         });
+                         forced_kernel_name);
 
 // Small problems through each path of the Hopper kernel (mask walked directly
-// and through a derived plan, partial and ragged tiles, a split row);
-// scripts/gpu_check.sh runs these under compute-sanitizer.
+// and through a derived plan, partial and ragged tiles, a split row, both
+// passes of a dilated split); scripts/gpu_check.sh runs these under
+// compute-sanitizer (gpu_test_varlen.cpp has the varlen ones).
 TEST(GpuSanitizerSm90, EachKernelPath) {
   SPATTN_REQUIRE_GPU();
   if (!cuda_sm90_kernel_available()) GTEST_SKIP() << "no sm90 kernel on this device and build";
@@ -181,6 +187,13 @@ TEST(GpuSanitizerSm90, EachKernelPath) {
   pr.q_len = pr.k_len = 4400;
   pr.head_dim = 128;
   expect_matches_reference(pr, 3);
+  pr = GpuProblem{};
+  pr.pattern = Pattern::unite(Pattern::dilated({256}, {4}, true), Pattern::sliding_window(64));
+  pr.q_heads = pr.kv_heads = 4;
+  pr.q_len = 500;
+  pr.k_len = 600;
+  pr.head_dim = 128;
+  expect_matches_reference(pr, 4);
 }
 
 // Host-only: runs without a device too.
@@ -201,13 +214,6 @@ TEST(GpuKernelChoice, ForcingSm90WhereItCannotRunThrows) {
   GpuProblem pr;
   pr.head_dim = cuda_sm90_kernel_available() ? 32 : 128;
   EXPECT_THROW(run_on_gpu(pr, 1), Error);
-  if (cuda_sm90_kernel_available()) {
-    pr.head_dim = 128;
-    pr.pattern = Pattern::unite(Pattern::dilated({256}, {4}, true), Pattern::sliding_window(64));
-    pr.q_heads = pr.kv_heads = 4;
-    pr.q_len = pr.k_len = 1024;
-    EXPECT_THROW(run_on_gpu(pr, 2), Error);
-  }
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -31,6 +32,40 @@ namespace spattn::testing {
 
 inline void cuda_ok(cudaError_t status, const char* what) {
   if (status != cudaSuccess) throw Error(std::string(what) + ": " + cudaGetErrorString(status));
+}
+
+// Forces a fused kernel for the scope of the object, then restores the previous choice.
+class ForcedKernel {
+ public:
+  explicit ForcedKernel(CudaKernel kernel) : previous_(cuda_kernel()) { cuda_set_kernel(kernel); }
+  ~ForcedKernel() { cuda_set_kernel(previous_); }
+  ForcedKernel(const ForcedKernel&) = delete;
+  ForcedKernel& operator=(const ForcedKernel&) = delete;
+
+ private:
+  CudaKernel previous_;
+};
+
+// A suite whose tests run once per fused kernel, forced (the parameter);
+// without a device they skip, and the sm90 runs skip where the device or the
+// build has no sm90 kernel. Instantiate with ::testing::Values(CudaKernel::Sm80,
+// CudaKernel::Sm90) and forced_kernel_name.
+class ForcedKernelTest : public ::testing::TestWithParam<CudaKernel> {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    if (GetParam() == CudaKernel::Sm90 && !cuda_sm90_kernel_available())
+      GTEST_SKIP() << "the sm90 kernel needs a device of compute capability 9.0 and a build for it";
+    forced_ = std::make_unique<ForcedKernel>(GetParam());
+  }
+  void TearDown() override { forced_.reset(); }
+
+ private:
+  std::unique_ptr<ForcedKernel> forced_;
+};
+
+inline std::string forced_kernel_name(const ::testing::TestParamInfo<CudaKernel>& info) {
+  return info.param == CudaKernel::Sm80 ? "sm80" : "sm90";
 }
 
 // A device buffer holding the same bytes (and strides) as a host tensor.

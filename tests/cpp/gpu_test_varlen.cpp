@@ -1,10 +1,11 @@
-// tests/cpp/gpu_test_varlen.cpp - the CUDA kernel on packed batches of
-// variable-length sequences against the fp64 reference run one sequence at a
-// time (attention_varlen on the host, itself checked against the dense oracle
-// in test_varlen.cpp): both dtypes, head dims 64 and 128, GQA, empty,
-// one-token and ragged sequences, mask blocks other than the kernel tile,
-// split rows, a head-dependent dilated pattern (run without the permutation),
-// outputs poisoned with NaN before every run. Skips without a device.
+// tests/cpp/gpu_test_varlen.cpp - the fused CUDA kernels, each forced, on
+// packed batches of variable-length sequences against the fp64 reference run
+// one sequence at a time (attention_varlen on the host, itself checked against
+// the dense oracle in test_varlen.cpp): both dtypes, head dims 64 and 128,
+// GQA, empty, one-token and ragged sequences, mask blocks other than the
+// kernel tile, split rows, a head-dependent dilated pattern (run without the
+// permutation), outputs poisoned with NaN before every run. Skips without a
+// device; the sm90 cases skip without an sm90 kernel.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -93,8 +94,9 @@ std::vector<Pattern> varlen_patterns() {
           Pattern::unite(Pattern::sliding_window(33), Pattern::strided(50))};
 }
 
-TEST(GpuVarlen, MatchesEachSequenceAlone) {
-  SPATTN_REQUIRE_GPU();
+class GpuVarlen : public ForcedKernelTest {};
+
+TEST_P(GpuVarlen, MatchesEachSequenceAlone) {
   uint64_t seed = 100;
   for (DType dtype : {DType::BF16, DType::F16})
     for (int64_t head_dim : {64, 128})
@@ -107,8 +109,7 @@ TEST(GpuVarlen, MatchesEachSequenceAlone) {
       }
 }
 
-TEST(GpuVarlen, MaskBlocksOtherThanTheTile) {
-  SPATTN_REQUIRE_GPU();
+TEST_P(GpuVarlen, MaskBlocksOtherThanTheTile) {
   uint64_t seed = 200;
   const std::vector<std::pair<int64_t, int64_t>> blocks = {{64, 32}, {16, 128}, {256, 256}, {32, 16}};
   for (const auto& [block_q, block_k] : blocks)
@@ -122,8 +123,7 @@ TEST(GpuVarlen, MaskBlocksOtherThanTheTile) {
     }
 }
 
-TEST(GpuVarlen, OutputInFp32AndMultiQueryHeads) {
-  SPATTN_REQUIRE_GPU();
+TEST_P(GpuVarlen, OutputInFp32AndMultiQueryHeads) {
   VarlenCase c;
   c.out_dtype = DType::F32;
   c.q_heads = 8;
@@ -133,8 +133,7 @@ TEST(GpuVarlen, OutputInFp32AndMultiQueryHeads) {
   expect_varlen_matches_reference(c, 300);
 }
 
-TEST(GpuVarlen, SplitLongRows) {
-  SPATTN_REQUIRE_GPU();
+TEST_P(GpuVarlen, SplitLongRows) {
   // Token 0 of the longest sequences sees every key: its query tile's row is
   // split into pieces, merged per sequence; shorter sequences stop early.
   VarlenCase c;
@@ -152,8 +151,7 @@ TEST(GpuVarlen, SplitLongRows) {
   }
 }
 
-TEST(GpuVarlen, DilatedWithoutThePermutation) {
-  SPATTN_REQUIRE_GPU();
+TEST_P(GpuVarlen, DilatedWithoutThePermutation) {
   // attention() runs this pattern through the token permutation; varlen runs
   // it on the plain kernel.
   VarlenCase c;
@@ -163,7 +161,10 @@ TEST(GpuVarlen, DilatedWithoutThePermutation) {
   expect_varlen_matches_reference(c, 500);
 }
 
-TEST(GpuVarlen, RejectsHostCuSeqlens) {
+INSTANTIATE_TEST_SUITE_P(Forced, GpuVarlen, ::testing::Values(CudaKernel::Sm80, CudaKernel::Sm90),
+                         forced_kernel_name);
+
+TEST(GpuVarlenChecks, RejectsHostCuSeqlens) {
   SPATTN_REQUIRE_GPU();
   std::mt19937_64 rng(1);
   const PackedProblem pp(DType::BF16, {10, 20}, 2, 2, 64, rng);
@@ -180,18 +181,24 @@ TEST(GpuVarlen, RejectsHostCuSeqlens) {
 }
 
 // Small enough for compute-sanitizer (scripts/gpu_check.sh, sanitize stage):
-// empty and one-token sequences, a ragged tile, partial tiles, a split row.
+// empty and one-token sequences, a ragged tile, partial tiles, a split row,
+// on each kernel (sm90 where it runs).
 TEST(GpuSanitizerSmall, Varlen) {
   SPATTN_REQUIRE_GPU();
-  VarlenCase c;
-  c.lengths = {0, 1, 150, 0, 70};
-  c.q_heads = c.kv_heads = 2;
-  expect_varlen_matches_reference(c, 600);
-  c.pattern = Pattern::longformer(64, {0});
-  c.lengths = {2200, 5};
-  c.q_heads = c.kv_heads = 1;
-  c.block_q = c.block_k = 64;
-  expect_varlen_matches_reference(c, 601);
+  for (CudaKernel kernel : {CudaKernel::Sm80, CudaKernel::Sm90}) {
+    if (kernel == CudaKernel::Sm90 && !cuda_sm90_kernel_available()) continue;
+    SCOPED_TRACE(kernel == CudaKernel::Sm80 ? "sm80" : "sm90");
+    const ForcedKernel forced(kernel);
+    VarlenCase c;
+    c.lengths = {0, 1, 150, 0, 70};
+    c.q_heads = c.kv_heads = 2;
+    expect_varlen_matches_reference(c, 600);
+    c.pattern = Pattern::longformer(64, {0});
+    c.lengths = {2200, 5};
+    c.q_heads = c.kv_heads = 1;
+    c.block_q = c.block_k = 64;
+    expect_varlen_matches_reference(c, 601);
+  }
 }
 
 }  // namespace

@@ -45,9 +45,12 @@ struct DilatedExclusion {
 // owns rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of the batch-1 q and out
 // and [cu_seqlens_k[b], cu_seqlens_k[b + 1]) of k and v (device arrays of
 // batch + 1 entries); null for a regular batch. See sequence_span.hpp.
+// total_q and total_k are the packed tensors' row counts (the sm90 kernel's
+// tensor maps cover them).
 struct VarlenArg {
   const int32_t* cu_seqlens_q = nullptr;
   const int32_t* cu_seqlens_k = nullptr;
+  int64_t total_q = 0, total_k = 0;
 };
 
 struct FwdParams {

@@ -32,9 +32,11 @@ bool fwd_sm90_supports_head_dim(int64_t head_dim);
 
 // Launches the kernel for `dtype` (fp16 or bf16) and p.head_dim on `stream`
 // (a persistent grid of one CTA per multiprocessor), then the merge of split
-// rows. p.plan must be the plan of kSm90Tile; p.exclude must be None;
-// p.partial_o / p.partial_lse must hold partial_o_floats / partial_lse_floats(p,
-// kSm90Tile.rows) floats (split_combine.hpp) when the plan splits rows.
+// rows. p.plan must be the plan of kSm90Tile (a dilated split's passes: of
+// the split made for kSm90Tile); a varlen batch needs p.varlen.total_q and
+// total_k > 0; p.partial_o / p.partial_lse must hold partial_o_floats /
+// partial_lse_floats(p, kSm90Tile.rows) floats (split_combine.hpp) when the
+// plan splits rows.
 void run_fwd_sm90(const FwdParams& p, DType dtype, cudaStream_t stream);
 
 // One instantiation per (element type, head dim), defined in cuda/instantiations/.

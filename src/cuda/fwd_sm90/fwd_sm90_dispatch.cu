@@ -62,7 +62,6 @@ std::string fwd_sm90_head_dims() {
 bool fwd_sm90_supports_head_dim(int64_t head_dim) { return is_built(head_dim); }
 
 void run_fwd_sm90(const FwdParams& p, DType dtype, cudaStream_t stream) {
-  require(p.exclude.kind == Exclusion::None, "CUDA backend: the sm90 kernel does not run dilated splits");
   if (dtype == DType::BF16) return run_typed<__nv_bfloat16>(p, stream);
   if (dtype == DType::F16) return run_typed<__half>(p, stream);
   fail("CUDA backend: inputs must be fp16 or bf16, got ", dtype_name(dtype));

@@ -12,8 +12,10 @@
 //   consumers (two warpgroups, 64 rows each), per tile:
 //     wait K(n); S = Q K(n)^T            (wgmma, both from shared memory)
 //     mask S: nothing on full tiles, key bounds on a ragged last tile, the
-//             sub-block bits and the pattern predicate on partial tiles
-//             (tile_mask.cuh, the same code as the sm80 kernel)
+//             sub-block bits and the pattern predicate on partial tiles; in
+//             the passes of a dilated split, the other pass's pairs
+//             (DilatedExclusion in fwd_params.hpp) (tile_mask.cuh, the same
+//             code as the sm80 kernel)
 //     online softmax in fp32 with exp2   (online_softmax.cuh)
 //     wait V(n); O += P V(n)             (wgmma, P from registers, V read
 //                                         transposed from shared memory)
@@ -23,6 +25,12 @@
 //   then O / l and the LSE (or a split row's partial result) are written.
 // Rows past q_len and keys past k_len arrive as zeros (TMA fills outside the
 // tensor); key bounds are masked in registers, rows past q_len never written.
+// In a packed varlen batch (sequence_span.hpp) the maps cover the packed
+// rows: a unit loads its sequence's rows from q_first / k_first on; keys past
+// the sequence's end (the next sequence's) are masked against its k_len and
+// rows past it never written, as above; query tiles past its end are skipped
+// by producer and consumers alike, and the key walk stops at its last key
+// tile.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -120,23 +128,27 @@ __device__ __forceinline__ void produce(const FwdParams& p, const Sm90TensorMaps
   uint32_t q_loads = 0;
   for (int64_t unit = blockIdx.x; unit < units; unit += gridDim.x) {
     const Sm90Work w = Sm90Work::at(p, unit, Tr::kBlockM);
+    const SequenceSpan seq = sequence_span(p, w.b);
     TileWalk walk = TileWalk::entries(w.item.begin, w.item.end);
-    if (!walk.valid(plan, tiles_per_block)) continue;
+    // The consumers skip the same units (consume_unit): nothing is loaded for them.
+    if (w.q0 >= seq.q_len || !walk.valid(plan, tiles_per_block, Tr::kBlockN, seq.k_len)) continue;
     if (q_loads > 0) mbarrier_wait(sm.q_free(), (q_loads - 1) & 1u);  // the last unit's S products are done
     ++q_loads;
     mbarrier_arrive_expect_tx(sm.q_full(), Tr::kQBytes);
-    tma_load_tile<Tr>(sm.q(), Tr::kQPanelBytes, maps.q, sm.q_full(), w.q0, w.h, w.b);
+    tma_load_tile<Tr>(sm.q(), Tr::kQPanelBytes, maps.q, sm.q_full(), seq.q_first + w.q0, w.h, seq.batch);
     do {
-      const int64_t k0 = walk.key_tile(plan, tiles_per_block) * Tr::kBlockN;
+      const int64_t k_row = seq.k_first + walk.key_tile(plan, tiles_per_block) * Tr::kBlockN;
       mbarrier_wait(sm.k_free(slot.stage), slot.parity ^ 1u);
       mbarrier_arrive_expect_tx(sm.k_full(slot.stage), Tr::kKVBytes);
-      tma_load_tile<Tr>(sm.k(slot.stage), Tr::kKVPanelBytes, maps.k, sm.k_full(slot.stage), k0, w.kv_head, w.b);
+      tma_load_tile<Tr>(sm.k(slot.stage), Tr::kKVPanelBytes, maps.k, sm.k_full(slot.stage), k_row, w.kv_head,
+                        seq.batch);
       mbarrier_wait(sm.v_free(slot.stage), slot.parity ^ 1u);
       mbarrier_arrive_expect_tx(sm.v_full(slot.stage), Tr::kKVBytes);
-      tma_load_tile<Tr>(sm.v(slot.stage), Tr::kKVPanelBytes, maps.v, sm.v_full(slot.stage), k0, w.kv_head, w.b);
+      tma_load_tile<Tr>(sm.v(slot.stage), Tr::kKVPanelBytes, maps.v, sm.v_full(slot.stage), k_row, w.kv_head,
+                        seq.batch);
       slot.advance();
       walk.advance(tiles_per_block);
-    } while (walk.valid(plan, tiles_per_block));
+    } while (walk.valid(plan, tiles_per_block, Tr::kBlockN, seq.k_len));
   }
 }
 
@@ -205,13 +217,28 @@ __device__ __forceinline__ void issue_pv(float (&o)[1][Tr::kDAtoms][4], const ui
   wgmma_commit();
 }
 
-// Masks a tile's scores: nothing on full tiles, key bounds on a ragged last
-// tile, `keep` on partial tiles.
+// Masks a tile's scores: `keep` where it drops something (partial tiles, a
+// dilated split's exclusion), key bounds on a ragged full tile (the keys past
+// k_len are zeros, or in a packed varlen batch the next sequence's).
 template <typename Tr>
 __device__ __forceinline__ void mask_scores(float (&s)[1][Tr::kNAtoms][4], bool full, uint64_t keep, int64_t k0,
                                             int64_t k_len, int lane) {
-  if (!full) apply_keep_bits<Tr>(s, keep);
+  if (keep != ~uint64_t{0}) apply_keep_bits<Tr>(s, keep);
   if (full && k0 + Tr::kBlockN > k_len) mask_key_bounds<Tr>(s, k_len - k0, lane);
+}
+
+// The keep bits of a tile, computed before S is live: all on full tiles,
+// partial_keep_bits on partial ones; less the pairs a dilated split leaves to
+// its other pass (the rest's exclusion on partial tiles, the permuted pass's
+// on every tile).
+template <typename Tr>
+__device__ __forceinline__ uint64_t tile_keep_bits(const FwdParams& p, const PatternExpr& expr, const TileWalk& tile,
+                                                   bool full, const SequenceSpan& seq, int64_t h, int64_t q0,
+                                                   int64_t k0, int warp, int lane) {
+  uint64_t keep = full ? ~uint64_t{0} : partial_keep_bits<Tr>(p, expr, tile, seq, h, q0, k0, warp, lane);
+  if (p.exclude.kind == Exclusion::FullRuns || (p.exclude.kind == Exclusion::Rest && !full))
+    keep &= ~excluded_bits<Tr>(p, seq, h, q0, k0, warp, lane);
+  return keep;
 }
 
 // One work unit of a consumer warpgroup. Per tile n the products are issued
@@ -227,7 +254,8 @@ __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<
   const DeviceTilePlanView& plan = p.plan;
   const int64_t tiles_per_block = plan.blocks.block_k / Tr::kBlockN;
   const PatternExpr& expr = p.mask.exprs != nullptr ? *p.mask.expr_for_head(w.h, p.q_heads) : kNoPatternExpr;
-  const SequenceSpan seq = sequence_span(p, w.b);  // a regular batch: varlen calls run on the sm80 kernel
+  const SequenceSpan seq = sequence_span(p, w.b);
+  if (w.q0 >= seq.q_len) return;  // a varlen query tile past its sequence's end (produce skips it too)
   float o[1][Tr::kDAtoms][4];
   float m[1][2] = {{kNegInf, kNegInf}}, l[1][2] = {{0.0f, 0.0f}};
 #pragma unroll
@@ -236,7 +264,7 @@ __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<
     for (int c = 0; c < 4; ++c) o[0][d][c] = 0.0f;
 
   TileWalk tile = TileWalk::entries(w.item.begin, w.item.end);
-  if (tile.valid(plan, tiles_per_block)) {
+  if (tile.valid(plan, tiles_per_block, Tr::kBlockN, seq.k_len)) {
     // The current tile (`tile`, its first key, whether it is full) and the
     // next one, whose plan entries are read while the current tile's products
     // run, so that no global-memory latency sits between two issues.
@@ -248,14 +276,14 @@ __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<
     const auto read_next = [&] {
       next = tile;
       next.advance(tiles_per_block);
-      has_next = next.valid(plan, tiles_per_block);
+      has_next = next.valid(plan, tiles_per_block, Tr::kBlockN, seq.k_len);
       if (has_next) {
         next_k0 = next.key_tile(plan, tiles_per_block) * Tr::kBlockN;
         next_full = next.full(plan);
       }
     };
-    // Keep bits of a partial tile, computed before S is live.
-    uint64_t keep = full ? ~uint64_t{0} : partial_keep_bits<Tr>(p, expr, tile, seq, w.h, w.q0, k0, warp, lane);
+    // Keep bits of the tile (all on a full tile without exclusion), computed before S is live.
+    uint64_t keep = tile_keep_bits<Tr>(p, expr, tile, full, seq, w.h, w.q0, k0, warp, lane);
     float s[1][Tr::kNAtoms][4];
     uint32_t pa[Tr::kBlockN / 16][4];
     mbarrier_wait(sm.q_full(), q_parity);
@@ -280,7 +308,7 @@ __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<
       tile = next;
       k0 = next_k0;
       full = next_full;
-      keep = full ? ~uint64_t{0} : partial_keep_bits<Tr>(p, expr, tile, seq, w.h, w.q0, k0, warp, lane);
+      keep = tile_keep_bits<Tr>(p, expr, tile, full, seq, w.h, w.q0, k0, warp, lane);
       mbarrier_wait(sm.k_full(slot.stage), slot.parity);
       mbarrier_wait(sm.v_full(previous.stage), previous.parity);
       schedule.wait_turn();

@@ -1,5 +1,6 @@
 // cuda/fwd_sm90/fwd_sm90_launch.cuh - the launch of one instantiation of the
-// Hopper forward kernel: the tensor maps of q, k and v, the dynamic
+// Hopper forward kernel: the tensor maps of q, k and v (over the packed rows
+// of a varlen batch), the dynamic
 // shared-memory limit, a persistent grid of one CTA per multiprocessor (or
 // fewer when there is less work), then the merge of split rows.
 #pragma once
@@ -20,10 +21,14 @@ void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   using Tr = Sm90Traits<T, kHeadDim>;
   static_assert(Tr::kBlockM == kSm90Tile.rows && Tr::kBlockN == kSm90Tile.cols, "tile plan and kernel tile agree");
   const DType dtype = std::is_same_v<T, __nv_bfloat16> ? DType::BF16 : DType::F16;
+  // A packed varlen batch is one batch of total_q (total_k) rows; its work units address their sequences' rows.
+  const bool packed = p.varlen.cu_seqlens_q != nullptr;
+  const int64_t map_batch = packed ? 1 : p.batch;
+  const int64_t q_rows = packed ? p.varlen.total_q : p.q_len, k_rows = packed ? p.varlen.total_k : p.k_len;
   Sm90TensorMaps maps;
-  maps.q = make_tile_tensor_map(p.q, dtype, p.batch, p.q_heads, p.q_len, kHeadDim, Tr::kBlockM);
-  maps.k = make_tile_tensor_map(p.k, dtype, p.batch, p.kv_heads, p.k_len, kHeadDim, Tr::kBlockN);
-  maps.v = make_tile_tensor_map(p.v, dtype, p.batch, p.kv_heads, p.k_len, kHeadDim, Tr::kBlockN);
+  maps.q = make_tile_tensor_map(p.q, dtype, map_batch, p.q_heads, q_rows, kHeadDim, Tr::kBlockM);
+  maps.k = make_tile_tensor_map(p.k, dtype, map_batch, p.kv_heads, k_rows, kHeadDim, Tr::kBlockN);
+  maps.v = make_tile_tensor_map(p.v, dtype, map_batch, p.kv_heads, k_rows, kHeadDim, Tr::kBlockN);
 
   const auto kernel = fwd_sm90_kernel<Tr>;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes),

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "cuda/common/cuda_check.hpp"
@@ -65,9 +66,8 @@ struct PerDevice {
 
 struct MaskCache {
   std::vector<std::unique_ptr<PerDevice>> devices;
-  bool dilated_checked = false;
-  TileShape dilated_tile;
-  std::shared_ptr<const DilatedSplit> dilated;
+  // The dilated split per kernel tile it was made for (null: the pattern has none).
+  std::vector<std::pair<TileShape, std::shared_ptr<const DilatedSplit>>> dilated;
 };
 
 MaskCache& mask_cache(const BlockMask& mask) {
@@ -192,12 +192,10 @@ DeviceTilePlanView device_tile_plan(const BlockMask& mask, TileShape tile, cudaS
 std::shared_ptr<const DilatedSplit> dilated_split(const BlockMask& mask, TileShape tile) {
   std::lock_guard<std::mutex> lock(cache_mutex());
   MaskCache& cache = mask_cache(mask);
-  if (!cache.dilated_checked || cache.dilated_tile.rows != tile.rows || cache.dilated_tile.cols != tile.cols) {
-    cache.dilated = make_dilated_split(mask, tile);
-    cache.dilated_tile = tile;
-    cache.dilated_checked = true;
-  }
-  return cache.dilated;
+  for (const auto& [made_for, split] : cache.dilated)
+    if (made_for.rows == tile.rows && made_for.cols == tile.cols) return split;
+  cache.dilated.emplace_back(tile, make_dilated_split(mask, tile));
+  return cache.dilated.back().second;
 }
 
 const int32_t* device_table(const BlockMask& mask, const std::vector<int32_t>& host, cudaStream_t stream) {

@@ -36,8 +36,9 @@ void adopt_device_mask(const BlockMask& mask, const BlockMaskView& blocks,
 // The tile plan of `tile` on the current device (same rules as device_mask).
 DeviceTilePlanView device_tile_plan(const BlockMask& mask, TileShape tile, cudaStream_t stream);
 
-// The mask's dilated split (dilated_split.hpp), made on first use on the host
-// and kept with the mask; null when the pattern has none.
+// The mask's dilated split for a kernel of tile `tile` (dilated_split.hpp),
+// made on first use on the host and kept with the mask (one per tile); null
+// when the pattern has none.
 std::shared_ptr<const DilatedSplit> dilated_split(const BlockMask& mask, TileShape tile);
 
 // A table belonging to `mask`'s plan (`host` must live as long as the mask,

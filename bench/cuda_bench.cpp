@@ -32,23 +32,18 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
-#include <iostream>
 #include <map>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "bench_common.hpp"
 #include "bench_fill.hpp"
 #include "spattn/cuda.hpp"
 #include "spattn/spattn.hpp"
 
 namespace spattn::bench {
 namespace {
-
-void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) fail(what, ": ", cudaGetErrorString(status));
-}
 
 struct Options {
   std::vector<std::string> cases;
@@ -57,13 +52,6 @@ struct Options {
   std::string kernel = "fused";
   std::string dump_dir;
 };
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> parts;
-  std::stringstream in(s);
-  for (std::string part; std::getline(in, part, ',');) parts.push_back(part);
-  return parts;
-}
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -188,9 +176,7 @@ void run(const Options& o) {
   if (o.kernel == "sm80") cuda_set_kernel(CudaKernel::Sm80);
   if (o.kernel == "sm90") cuda_set_kernel(CudaKernel::Sm90);
   const bool sm90 = !naive && cuda_kernel() != CudaKernel::Sm80 && cuda_sm90_kernel_available();
-  cudaEvent_t start, stop;
-  check(cudaEventCreate(&start), "cudaEventCreate");
-  check(cudaEventCreate(&stop), "cudaEventCreate");
+  EventTimer timer;
 
   for (const std::string& name : o.cases) {
     const Pattern pattern = make_pattern(name, o);
@@ -222,15 +208,7 @@ void run(const Options& o) {
     call();  // uploads the naive kernel's mask, loads the module
     check(cudaDeviceSynchronize(), "warm-up");
     std::vector<float> times;
-    for (int64_t r = 0; r < o.repeats; ++r) {
-      check(cudaEventRecord(start), "cudaEventRecord");
-      call();
-      check(cudaEventRecord(stop), "cudaEventRecord");
-      check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-      float ms = 0;
-      check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-      times.push_back(ms);
-    }
+    for (int64_t r = 0; r < o.repeats; ++r) times.push_back(timer.time_ms(nullptr, call));
     std::sort(times.begin(), times.end());
     const double median_ms = times[times.size() / 2];
     const double tflops = 4.0 * static_cast<double>(kept) * static_cast<double>(D) / (median_ms * 1e-3) / 1e12;
@@ -247,19 +225,12 @@ void run(const Options& o) {
         static_cast<long long>(o.varlen));
     std::fflush(stdout);
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
 }
 
 }  // namespace
 }  // namespace spattn::bench
 
 int main(int argc, char** argv) {
-  try {
-    spattn::bench::run(spattn::bench::parse(argc, argv));
-  } catch (const std::exception& e) {
-    std::cerr << "spattn_cuda_bench: error: " << e.what() << "\n";
-    return 2;
-  }
-  return 0;
+  return spattn::bench::run_program("spattn_cuda_bench",
+                                    [&] { spattn::bench::run(spattn::bench::parse(argc, argv)); });
 }

@@ -28,12 +28,11 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
-#include <iostream>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "bench_common.hpp"
 #include "cuda/plan/device_mask_build.hpp"
 #include "cuda/plan/device_plan.hpp"
 #include "spattn/cuda.hpp"
@@ -42,23 +41,12 @@
 namespace spattn::bench {
 namespace {
 
-void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) fail(what, ": ", cudaGetErrorString(status));
-}
-
 struct Options {
   std::vector<int64_t> seqs = {131072, 1048576};
   std::vector<std::string> cases = {"dense",   "causal", "window",  "streaming",  "block-diagonal", "strided",
                                     "fixed",   "dilated", "bigbird", "longformer", "dilated+window", "random"};
   int64_t heads = 1, block = 128, repeats = 50;
 };
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> parts;
-  std::stringstream in(s);
-  for (std::string part; std::getline(in, part, ',');) parts.push_back(part);
-  return parts;
-}
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -143,9 +131,7 @@ void run(const Options& o) {
               "device", "api", "speedup", "blocks", "match");
   cudaStream_t stream = nullptr;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  cudaEvent_t start = nullptr, stop = nullptr;
-  check(cudaEventCreate(&start), "cudaEventCreate");
-  check(cudaEventCreate(&stop), "cudaEventCreate");
+  EventTimer timer;
   for (const int64_t seq : o.seqs)
     for (const std::string& name : o.cases) {
       const Pattern pattern = make_pattern(name, seq, o.block);
@@ -162,12 +148,8 @@ void run(const Options& o) {
       std::unique_ptr<cuda_detail::DeviceMaskArrays> arrays;
       for (int64_t n = -3; n < o.repeats; ++n) {
         arrays.reset();
-        check(cudaEventRecord(start, stream), "cudaEventRecord");
-        arrays = cuda_detail::build_mask_on_device(pattern, shape, exprs, stream);
-        check(cudaEventRecord(stop, stream), "cudaEventRecord");
-        check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-        float ms = 0;
-        check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+        const float ms =
+            timer.time_ms(stream, [&] { arrays = cuda_detail::build_mask_on_device(pattern, shape, exprs, stream); });
         if (n >= 0) device_ms.push_back(ms);
       }
       arrays.reset();
@@ -190,8 +172,6 @@ void run(const Options& o) {
           match ? "true" : "false");
       std::fflush(stdout);
     }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   cudaStreamDestroy(stream);
 }
 
@@ -199,11 +179,6 @@ void run(const Options& o) {
 }  // namespace spattn::bench
 
 int main(int argc, char** argv) {
-  try {
-    spattn::bench::run(spattn::bench::parse(argc, argv));
-  } catch (const std::exception& e) {
-    std::cerr << "spattn_mask_build_bench: error: " << e.what() << "\n";
-    return 2;
-  }
-  return 0;
+  return spattn::bench::run_program("spattn_mask_build_bench",
+                                    [&] { spattn::bench::run(spattn::bench::parse(argc, argv)); });
 }

@@ -102,6 +102,22 @@ DeviceMaskCache& mask_cache() {
   return cache;
 }
 
+// Raises unless `backend` may run CUDA tensors ("auto" or "cuda").
+void require_cuda_backend(c10::string_view backend) {
+  const Backend requested = parse_backend(std::string(backend));
+  require(requested == Backend::Auto || requested == Backend::Cuda, "backend '", backend_name(requested),
+          "' needs CPU tensors, got CUDA tensors");
+}
+
+// The cached host BlockMask of mask arrays that must lie on `device` (that of q).
+std::shared_ptr<const BlockMask> device_mask(const MaskTensors& m, const at::Device& device,
+                                             cudaStream_t stream) {
+  for (const at::Tensor* t : {&m.row_offsets, &m.kv_indices, &m.kv_full, &m.table_i32, &m.table_i64})
+    TORCH_CHECK_VALUE(t->device() == device, "the mask's arrays must be on ", device, " like q, got ",
+                      t->device());
+  return mask_cache().find_or_make(m, device, stream);
+}
+
 std::tuple<at::Tensor, at::Tensor> attention_cuda(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t mask_q_len,
     int64_t mask_k_len, int64_t block_q, int64_t block_k, const at::Tensor& row_offsets,
@@ -109,19 +125,14 @@ std::tuple<at::Tensor, at::Tensor> attention_cuda(
     const at::Tensor& table_i32, const at::Tensor& table_i64, std::optional<double> scale,
     c10::string_view backend) {
   return run_with_value_errors([&] {
-    const Backend requested = parse_backend(std::string(backend));
-    require(requested == Backend::Auto || requested == Backend::Cuda, "backend '",
-            backend_name(requested), "' needs CPU tensors, got CUDA tensors");
+    require_cuda_backend(backend);
     const c10::cuda::CUDAGuard guard(q.device());
     AttentionCall call(q, k, v, scale);
     if (call.empty()) return call.result();
-    for (const at::Tensor* t : {&row_offsets, &kv_indices, &kv_full, &table_i32, &table_i64})
-      TORCH_CHECK_VALUE(t->device() == q.device(), "the mask's arrays must be on ", q.device(),
-                        " like q, got ", t->device());
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.device().index()).stream();
     const MaskTensors mask_tensors{mask_q_len, mask_k_len, block_q, block_k,   row_offsets,
                                    kv_indices, kv_full,    code,    table_i32, table_i64};
-    const std::shared_ptr<const BlockMask> mask = mask_cache().find_or_make(mask_tensors, q.device(), stream);
+    const std::shared_ptr<const BlockMask> mask = device_mask(mask_tensors, q.device(), stream);
     const TensorView out = view_of(call.out_tensor, "out");
     const TensorView lse = lse_view_of(call.lse_tensor);
     cuda_attention(call.q, call.k, call.v, out, *mask, resolve_scale(call.options, q.size(3)), &lse,
@@ -137,19 +148,14 @@ std::tuple<at::Tensor, at::Tensor> attention_varlen_cuda(
     const at::Tensor& kv_indices, const at::Tensor& kv_full, at::IntArrayRef code, const at::Tensor& table_i32,
     const at::Tensor& table_i64, std::optional<double> scale, c10::string_view backend) {
   return run_with_value_errors([&] {
-    const Backend requested = parse_backend(std::string(backend));
-    require(requested == Backend::Auto || requested == Backend::Cuda, "backend '", backend_name(requested),
-            "' needs CPU tensors, got CUDA tensors");
+    require_cuda_backend(backend);
     const c10::cuda::CUDAGuard guard(q.device());
     VarlenCall call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale);
     if (call.empty()) return call.result();
-    for (const at::Tensor* t : {&row_offsets, &kv_indices, &kv_full, &table_i32, &table_i64})
-      TORCH_CHECK_VALUE(t->device() == q.device(), "the mask's arrays must be on ", q.device(),
-                        " like q, got ", t->device());
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.device().index()).stream();
     const MaskTensors mask_tensors{mask_q_len, mask_k_len, block_q, block_k,   row_offsets,
                                    kv_indices, kv_full,    code,    table_i32, table_i64};
-    const std::shared_ptr<const BlockMask> mask = mask_cache().find_or_make(mask_tensors, q.device(), stream);
+    const std::shared_ptr<const BlockMask> mask = device_mask(mask_tensors, q.device(), stream);
     cuda_attention_varlen(call.q, call.k, call.v, call.out, call.batch, *mask,
                           resolve_scale(call.options, q.size(2)), &call.lse, stream);
     return call.result();

@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "gpu_test_problems.hpp"
 #include "gpu_test_support.hpp"
 #include "pattern_cases.hpp"
 
@@ -118,12 +119,7 @@ TEST(GpuAttention, GroupedQueryHeadsBatchesAndLayouts) {
 
 TEST(GpuAttention, RowsWithoutKeysAndFp32Output) {
   SPATTN_REQUIRE_GPU();
-  // Row blocks 1 and 3 keep nothing.
-  const std::vector<uint8_t> blocks = {1, 0, 1, 0, 0, 0, 0, 0, 0, 1, 1, 1, 0, 0, 0, 0};
-  GpuProblem pr;
-  pr.pattern = Pattern::custom(blocks, 1, 4, 4, 64, 64);
-  pr.q_len = pr.k_len = 250;
-  pr.block_q = pr.block_k = 64;
+  GpuProblem pr = rows_without_keys_problem();
   expect_matches_reference(pr, 700);
   pr.out_dtype = DType::F32;
   expect_matches_reference(pr, 701);
@@ -134,38 +130,18 @@ TEST(GpuAttention, RowsWithoutKeysAndFp32Output) {
 TEST(GpuAttention, MaskBlockSizesIndependentOfTile) {
   SPATTN_REQUIRE_GPU();
   std::mt19937_64 rng(800);
-  const int64_t L = 700;
-  const Pattern window = Pattern::sliding_window(150, 40);
   uint64_t seed = 800;
   for (int64_t bq : {16, 32, 64, 128, 256})
-    for (int64_t bk : {16, 32, 64, 128, 256}) {
-      GpuProblem pr;
-      pr.q_len = pr.k_len = L;
-      pr.block_q = bq;
-      pr.block_k = bk;
-      pr.pattern = window;
-      expect_matches_reference(pr, seed++);
-      // A block-level pattern on its own grid, planned with other block sizes.
-      pr.pattern = custom_case(rng, L, L, 1, 48, 80, 0.3, true, false).pattern;
-      expect_matches_reference(pr, seed++);
-    }
+    for (int64_t bk : {16, 32, 64, 128, 256})
+      for (const GpuProblem& pr : mask_block_problems(bq, bk, rng)) expect_matches_reference(pr, seed++);
 }
 
 TEST(GpuAttention, SplitLongRows) {
   SPATTN_REQUIRE_GPU();
-  // Global rows (Longformer tokens, BigBird's first and last blocks) visit every
-  // key and are split into pieces merged afterwards.
   uint64_t seed = 1100;
-  for (const Pattern& pattern : {Pattern::longformer(128, {0, 1, 3000}), Pattern::bigbird(6000, 64, 3, 1, 3, 9)})
+  for (const Pattern& pattern : split_row_patterns())
     for (DType dtype : {DType::BF16, DType::F16}) {
-      GpuProblem pr;
-      pr.pattern = pattern;
-      pr.dtype = pr.out_dtype = dtype;
-      pr.q_len = pr.k_len = 6000;
-      pr.q_heads = 4;
-      pr.kv_heads = 2;
-      pr.batch = 2;
-      pr.block_q = pr.block_k = 64;
+      GpuProblem pr = split_rows_problem(pattern, dtype);
       expect_matches_reference(pr, seed++);
       pr.out_dtype = DType::F32;
       pr.layout = Layout::BLHD;

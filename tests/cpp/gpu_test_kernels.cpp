@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "gpu_test_problems.hpp"
 #include "gpu_test_support.hpp"
 #include "pattern_cases.hpp"
 
@@ -88,23 +89,12 @@ TEST_P(GpuKernels, MaskBlockSizesAndEmptyRows) {
   std::mt19937_64 rng(2500);
   uint64_t seed = 2500;
   for (int64_t bq : {16, 64, 128, 256})
-    for (int64_t bk : {16, 64, 128, 256}) {
-      GpuProblem pr;
-      pr.q_len = pr.k_len = 700;
-      pr.block_q = bq;
-      pr.block_k = bk;
-      pr.head_dim = 128;
-      pr.pattern = Pattern::sliding_window(150, 40);
-      expect_matches_reference(pr, seed++);
-      pr.pattern = custom_case(rng, 700, 700, 1, 48, 80, 0.3, true, false).pattern;
-      expect_matches_reference(pr, seed++);
-    }
-  // Row blocks 1 and 3 keep nothing.
-  const std::vector<uint8_t> blocks = {1, 0, 1, 0, 0, 0, 0, 0, 0, 1, 1, 1, 0, 0, 0, 0};
-  GpuProblem pr;
-  pr.pattern = Pattern::custom(blocks, 1, 4, 4, 64, 64);
-  pr.q_len = pr.k_len = 250;
-  pr.block_q = pr.block_k = 64;
+    for (int64_t bk : {16, 64, 128, 256})
+      for (GpuProblem pr : mask_block_problems(bq, bk, rng)) {
+        pr.head_dim = 128;
+        expect_matches_reference(pr, seed++);
+      }
+  GpuProblem pr = rows_without_keys_problem();
   expect_matches_reference(pr, seed++);
   pr.out_dtype = DType::F32;
   expect_matches_reference(pr, seed++);
@@ -112,17 +102,10 @@ TEST_P(GpuKernels, MaskBlockSizesAndEmptyRows) {
 
 TEST_P(GpuKernels, SplitLongRows) {
   uint64_t seed = 2600;
-  for (const Pattern& pattern : {Pattern::longformer(128, {0, 1, 3000}), Pattern::bigbird(6000, 64, 3, 1, 3, 9)})
+  for (const Pattern& pattern : split_row_patterns())
     for (DType dtype : {DType::BF16, DType::F16}) {
-      GpuProblem pr;
-      pr.pattern = pattern;
-      pr.dtype = pr.out_dtype = dtype;
-      pr.q_len = pr.k_len = 6000;
-      pr.q_heads = 4;
-      pr.kv_heads = 2;
-      pr.batch = 2;
+      GpuProblem pr = split_rows_problem(pattern, dtype);
       pr.head_dim = 128;
-      pr.block_q = pr.block_k = 64;
       expect_matches_reference(pr, seed++);
     }
 }

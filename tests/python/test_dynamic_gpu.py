@@ -19,10 +19,9 @@ import spattn
 
 from spec import randn, reference_attention
 from test_dynamic import query_head_mask
+from test_gpu import check_close
 
 pytestmark = pytest.mark.gpu
-
-TOLERANCE = {torch.bfloat16: 1e-2, torch.float16: 3e-3}
 
 
 def separated_qk(rng, B, Hq, Hkv, Lq, Lk, D, block_k, dtype):
@@ -38,16 +37,6 @@ def separated_qk(rng, B, Hq, Hkv, Lq, Lk, D, block_k, dtype):
     q = randn(rng, B, Hq, Lq, D) + u
     k = randn(rng, B, Hkv, Lk, D) + per_key * u
     return q.to("cuda", dtype), k.to("cuda", dtype)
-
-
-def check_close(out, lse, ref_out, ref_lse, dtype):
-    out, lse = out.cpu().double(), lse.cpu().double()
-    assert not torch.isnan(out).any()
-    error = (out - ref_out).norm() / ref_out.norm().clamp_min(1e-30)
-    assert error.item() < TOLERANCE[dtype], f"relative error {error.item():.2e}"
-    finite = torch.isfinite(ref_lse)
-    assert torch.equal(torch.isfinite(lse), finite)
-    assert (lse[finite] - ref_lse[finite]).abs().max().item() < 1e-2
 
 
 CASES = [  # (B, Hq, Hkv, Lq, Lk, dtype, selection keywords)

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "cuda/common/head_dim_list.hpp"
 #include "cuda/fwd_sm80/fwd_sm80.hpp"
 #include "spattn/error.hpp"
 
@@ -30,17 +31,10 @@ constexpr int kBuiltHeadDims[] = {
 #endif
     0};  // 0 ends the list (never a head dim)
 
-constexpr bool is_built(int64_t head_dim) {
-  for (const int d : kBuiltHeadDims)
-    if (d != 0 && d == head_dim) return true;
-  return false;
-}
+constexpr bool is_built(int64_t head_dim) { return head_dim_in(kBuiltHeadDims, head_dim); }
 
 std::string built_list() {
-  std::string s;
-  for (const int d : kBuiltHeadDims)
-    if (d != 0) s += (s.empty() ? "" : ", ") + std::to_string(d);
-  return s;
+  return head_dim_names(kBuiltHeadDims);
 }
 
 template <typename T>

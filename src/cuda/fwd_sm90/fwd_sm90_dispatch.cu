@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "cuda/common/head_dim_list.hpp"
 #include "cuda/fwd_sm90/fwd_sm90.hpp"
 #include "spattn/error.hpp"
 
@@ -22,11 +23,7 @@ constexpr int kBuiltHeadDims[] = {
 #endif
     0};  // 0 ends the list (never a head dim)
 
-constexpr bool is_built(int64_t head_dim) {
-  for (const int d : kBuiltHeadDims)
-    if (d != 0 && d == head_dim) return true;
-  return false;
-}
+constexpr bool is_built(int64_t head_dim) { return head_dim_in(kBuiltHeadDims, head_dim); }
 
 template <typename T>
 void run_typed(const FwdParams& p, cudaStream_t stream) {
@@ -53,10 +50,7 @@ bool fwd_sm90_available() {
 }
 
 std::string fwd_sm90_head_dims() {
-  std::string s;
-  for (const int d : kBuiltHeadDims)
-    if (d != 0) s += (s.empty() ? "" : ", ") + std::to_string(d);
-  return s;
+  return head_dim_names(kBuiltHeadDims);
 }
 
 bool fwd_sm90_supports_head_dim(int64_t head_dim) { return is_built(head_dim); }

@@ -19,6 +19,21 @@ namespace spattn::cuda_detail {
 
 constexpr float kLn2 = 0.6931471805599453f;
 
+// The max of this thread's scores of row half `half` of atom `a`, reduced as
+// a tree (depth log2 of the count) rather than a chain, which keeps the
+// dependent latency off the softmax's critical path.
+template <typename Tr>
+__device__ __forceinline__ float thread_row_max(const float (&s)[Tr::kMAtoms][Tr::kNAtoms][4], int a, int half) {
+  float v[Tr::kNAtoms];
+#pragma unroll
+  for (int n = 0; n < Tr::kNAtoms; ++n) v[n] = fmaxf(s[a][n][2 * half], s[a][n][2 * half + 1]);
+#pragma unroll
+  for (int width = 1; width < Tr::kNAtoms; width *= 2)
+#pragma unroll
+    for (int n = 0; n + width < Tr::kNAtoms; n += 2 * width) v[n] = fmaxf(v[n], v[n + width]);
+  return v[0];
+}
+
 // Online softmax over one tile, scores only: updates the running max m (log2
 // units of the scaled score) and l, turns s into P = exp2(s * scale_log2 - m),
 // and leaves in `correction` the factor O must be scaled by. Returns whether
@@ -33,10 +48,7 @@ __device__ __forceinline__ bool softmax_scores(float (&s)[Tr::kMAtoms][Tr::kNAto
   for (int a = 0; a < Tr::kMAtoms; ++a) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      float row_max = kNegInf;
-#pragma unroll
-      for (int n = 0; n < Tr::kNAtoms; ++n)
-        row_max = fmaxf(row_max, fmaxf(s[a][n][2 * half], s[a][n][2 * half + 1]));
+      float row_max = thread_row_max<Tr>(s, a, half);
       row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 1));
       row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 2));
       const float m_new = fmaxf(m[a][half], row_max * scale_log2);

@@ -6,9 +6,10 @@
 // Persistent grid: CTA c takes work units c, c + gridDim.x, ... of the plan's
 // items (longest first, tile_plan.hpp) times (batch, head in the mask head).
 // Per work unit both roles walk the same kept key tiles (tile_walk.cuh):
-//   producer (one thread): Q (once per unit, when the consumers have freed
-//     it), then for each kept tile, into the next free stage of the ring:
-//     K(n) on "K full", V(n) on "V full"; only kept tiles are ever loaded.
+//   producer (one thread): for each kept tile, into the next free stage of
+//     the ring: K(n) on "K full", V(n) on "V full"; only kept tiles are ever
+//     loaded. Q (once per unit, when the consumers have freed it) follows the
+//     unit's first K and V.
 //   consumers (two warpgroups, 64 rows each), per tile:
 //     wait K(n); S = Q K(n)^T            (wgmma, both from shared memory)
 //     mask S: nothing on full tiles, key bounds on a ragged last tile, the
@@ -55,21 +56,28 @@ namespace spattn::cuda_detail {
 __device__ const PatternExpr kNoPatternExpr{};
 
 // One work unit of the persistent grid: a plan item for one (batch, head).
+// Decoded in 32-bit arithmetic (64-bit division is a long software routine,
+// paid per unit by both roles); the launch checks that the counts fit.
 struct Sm90Work {
   WorkItem item;
   int64_t copy = 0, b = 0, h = 0, kv_head = 0, q0 = 0;
 
   __device__ __forceinline__ static Sm90Work at(const FwdParams& p, int64_t unit, int64_t block_m) {
     const DeviceTilePlanView& plan = p.plan;
-    const int64_t heads_per_mask_head = p.q_heads / plan.blocks.num_heads;
-    const int64_t copies = p.batch * heads_per_mask_head;
+    const uint32_t heads_per_mask_head = static_cast<uint32_t>(p.q_heads / plan.blocks.num_heads);
+    const uint32_t copies = static_cast<uint32_t>(p.batch) * heads_per_mask_head;
+    const uint32_t u = static_cast<uint32_t>(unit);
+    const uint32_t q_tiles = static_cast<uint32_t>(plan.num_q_tiles);
+    const uint32_t group = static_cast<uint32_t>(p.q_heads / p.kv_heads);
     Sm90Work w;
-    w.item = plan.items[unit / copies];
-    w.copy = unit % copies;
-    w.b = w.copy / heads_per_mask_head;
-    w.h = w.item.row / plan.num_q_tiles * heads_per_mask_head + w.copy % heads_per_mask_head;
-    w.kv_head = w.h / (p.q_heads / p.kv_heads);
-    w.q0 = w.item.row % plan.num_q_tiles * block_m;
+    w.item = plan.items[u / copies];
+    const uint32_t copy = u % copies, row = static_cast<uint32_t>(w.item.row);
+    w.copy = copy;
+    w.b = copy / heads_per_mask_head;
+    const uint32_t h = row / q_tiles * heads_per_mask_head + copy % heads_per_mask_head;
+    w.h = h;
+    w.kv_head = h / group;
+    w.q0 = static_cast<int64_t>(row % q_tiles) * block_m;
     return w;
   }
 };
@@ -132,10 +140,7 @@ __device__ __forceinline__ void produce(const FwdParams& p, const Sm90TensorMaps
     TileWalk walk = TileWalk::entries(w.item.begin, w.item.end);
     // The consumers skip the same units (consume_unit): nothing is loaded for them.
     if (w.q0 >= seq.q_len || !walk.valid(plan, tiles_per_block, Tr::kBlockN, seq.k_len)) continue;
-    if (q_loads > 0) mbarrier_wait(sm.q_free(), (q_loads - 1) & 1u);  // the last unit's S products are done
-    ++q_loads;
-    mbarrier_arrive_expect_tx(sm.q_full(), Tr::kQBytes);
-    tma_load_tile<Tr>(sm.q(), Tr::kQPanelBytes, maps.q, sm.q_full(), seq.q_first + w.q0, w.h, seq.batch);
+    bool q_loaded = false;
     do {
       const int64_t k_row = seq.k_first + walk.key_tile(plan, tiles_per_block) * Tr::kBlockN;
       mbarrier_wait(sm.k_free(slot.stage), slot.parity ^ 1u);
@@ -146,6 +151,16 @@ __device__ __forceinline__ void produce(const FwdParams& p, const Sm90TensorMaps
       mbarrier_arrive_expect_tx(sm.v_full(slot.stage), Tr::kKVBytes);
       tma_load_tile<Tr>(sm.v(slot.stage), Tr::kKVPanelBytes, maps.v, sm.v_full(slot.stage), k_row, w.kv_head,
                         seq.batch);
+      // Q after the unit's first K and V: their stage is usually free already,
+      // while Q's buffer frees only once the last unit's S products are done,
+      // so the first tile's loads overlap the end of the last unit.
+      if (!q_loaded) {
+        if (q_loads > 0) mbarrier_wait(sm.q_free(), (q_loads - 1) & 1u);
+        ++q_loads;
+        q_loaded = true;
+        mbarrier_arrive_expect_tx(sm.q_full(), Tr::kQBytes);
+        tma_load_tile<Tr>(sm.q(), Tr::kQPanelBytes, maps.q, sm.q_full(), seq.q_first + w.q0, w.h, seq.batch);
+      }
       slot.advance();
       walk.advance(tiles_per_block);
     } while (walk.valid(plan, tiles_per_block, Tr::kBlockN, seq.k_len));
@@ -172,19 +187,32 @@ struct IssueOrder {
   static constexpr int kFirstBarrier = 1;  // barrier 0 is __syncthreads
 };
 
+// The wgmma descriptors of one consumer warpgroup, built once: its 64 rows
+// of Q, and K and V of ring stage 0 (a stage is a fixed byte offset further).
+// Every operand address of a tile is then a base plus a compile-time offset.
+template <typename Tr>
+struct Sm90Descriptors {
+  uint64_t q, k0, v0;
+  __device__ __forceinline__ Sm90Descriptors(const Sm90Smem<Tr>& sm, int group)
+      : q(smem_descriptor(sm.q() + group * Tr::kGroupRows * 128, 16, 1024)),
+        k0(smem_descriptor(sm.k(0), 16, 1024)),
+        v0(smem_descriptor(sm.v(0), Tr::kKVPanelBytes, 1024)) {}
+  __device__ __forceinline__ uint64_t k(int stage) const { return smem_descriptor_plus(k0, stage * Tr::kKVBytes); }
+  __device__ __forceinline__ uint64_t v(int stage) const { return smem_descriptor_plus(v0, stage * Tr::kKVBytes); }
+};
+
 // Issues s = Q(rows of this warpgroup) K^T over the whole head dim as one
 // wgmma group (not waited for).
 template <typename Tr>
-__device__ __forceinline__ void issue_qk(float (&s)[1][Tr::kNAtoms][4], uint32_t sQ, uint32_t sK, int group) {
+__device__ __forceinline__ void issue_qk(float (&s)[1][Tr::kNAtoms][4], uint64_t q_desc, uint64_t k_desc) {
   using T = typename Tr::T;
   wgmma_fence_operands(s);
   wgmma_fence();
 #pragma unroll
   for (int ks = 0; ks < Tr::kHeadDim / 16; ++ks) {
     const uint32_t panel = ks / 4, step = (ks % 4) * 32;  // 16 elements = 32 bytes along the 128-byte row
-    const uint64_t a = smem_descriptor(sQ + panel * Tr::kQPanelBytes + group * Tr::kGroupRows * 128 + step, 16, 1024);
-    const uint64_t b = smem_descriptor(sK + panel * Tr::kKVPanelBytes + step, 16, 1024);
-    wgmma_ss<T, Tr::kBlockN>(s, a, b, ks > 0);
+    wgmma_ss<T, Tr::kBlockN>(s, smem_descriptor_plus(q_desc, panel * Tr::kQPanelBytes + step),
+                             smem_descriptor_plus(k_desc, panel * Tr::kKVPanelBytes + step), ks > 0);
   }
   wgmma_commit();
 }
@@ -207,13 +235,13 @@ __device__ __forceinline__ void pack_p(const float (&s)[1][Tr::kNAtoms][4], uint
 // shared memory, 16 keys (16 rows of 128 bytes) per step.
 template <typename Tr>
 __device__ __forceinline__ void issue_pv(float (&o)[1][Tr::kDAtoms][4], const uint32_t (&pa)[Tr::kBlockN / 16][4],
-                                         uint32_t sV) {
+                                         uint64_t v_desc) {
   using T = typename Tr::T;
   wgmma_fence_operands(o);
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
-    wgmma_rs<T, Tr::kHeadDim>(o, pa[kk], smem_descriptor(sV + kk * 16 * 128, Tr::kKVPanelBytes, 1024));
+    wgmma_rs<T, Tr::kHeadDim>(o, pa[kk], smem_descriptor_plus(v_desc, kk * 16 * 128));
   wgmma_commit();
 }
 
@@ -248,9 +276,9 @@ __device__ __forceinline__ uint64_t tile_keep_bits(const FwdParams& p, const Pat
 // so the softmax of tile n runs while P(n-1) V(n-1) is on the tensor cores;
 // the last P V follows the loop.
 template <typename Tr>
-__device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<Tr>& sm, const Sm90Work& w,
-                                             RingSlot<Tr::kStages>& slot, uint32_t& q_parity,
-                                             const IssueOrder& schedule, int group, int warp, int lane) {
+__device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<Tr>& sm, const Sm90Descriptors<Tr>& desc,
+                                             const Sm90Work& w, RingSlot<Tr::kStages>& slot, uint32_t& q_parity,
+                                             const IssueOrder& schedule, int warp, int lane) {
   const DeviceTilePlanView& plan = p.plan;
   const int64_t tiles_per_block = plan.blocks.block_k / Tr::kBlockN;
   const PatternExpr& expr = p.mask.exprs != nullptr ? *p.mask.expr_for_head(w.h, p.q_heads) : kNoPatternExpr;
@@ -267,19 +295,21 @@ __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<
   if (tile.valid(plan, tiles_per_block, Tr::kBlockN, seq.k_len)) {
     // The current tile (`tile`, its first key, whether it is full) and the
     // next one, whose plan entries are read while the current tile's products
-    // run, so that no global-memory latency sits between two issues.
-    int64_t k0 = tile.key_tile(plan, tiles_per_block) * Tr::kBlockN;
-    bool full = tile.full(plan);
+    // run, so that no global-memory latency sits between two issues. What
+    // steers the loop is made warp-uniform (the same in every lane anyway), so
+    // that it branches without divergence bookkeeping.
+    int64_t k0 = warp_uniform(tile.key_tile(plan, tiles_per_block)) * Tr::kBlockN;
+    bool full = warp_uniform(static_cast<int>(tile.full(plan)));
     TileWalk next = tile;
     bool has_next = false, next_full = true;
     int64_t next_k0 = 0;
     const auto read_next = [&] {
       next = tile;
       next.advance(tiles_per_block);
-      has_next = next.valid(plan, tiles_per_block, Tr::kBlockN, seq.k_len);
+      has_next = warp_uniform(static_cast<int>(next.valid(plan, tiles_per_block, Tr::kBlockN, seq.k_len)));
       if (has_next) {
-        next_k0 = next.key_tile(plan, tiles_per_block) * Tr::kBlockN;
-        next_full = next.full(plan);
+        next_k0 = warp_uniform(next.key_tile(plan, tiles_per_block)) * Tr::kBlockN;
+        next_full = warp_uniform(static_cast<int>(next.full(plan)));
       }
     };
     // Keep bits of the tile (all on a full tile without exclusion), computed before S is live.
@@ -291,7 +321,7 @@ __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<
 
     mbarrier_wait(sm.k_full(slot.stage), slot.parity);
     schedule.wait_turn();
-    issue_qk<Tr>(s, sm.q(), sm.k(slot.stage), group);
+    issue_qk<Tr>(s, desc.q, desc.k(slot.stage));
     schedule.pass_turn();
     read_next();
     wgmma_wait<0>();
@@ -312,8 +342,8 @@ __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<
       mbarrier_wait(sm.k_full(slot.stage), slot.parity);
       mbarrier_wait(sm.v_full(previous.stage), previous.parity);
       schedule.wait_turn();
-      issue_qk<Tr>(s, sm.q(), sm.k(slot.stage), group);
-      issue_pv<Tr>(o, pa, sm.v(previous.stage));
+      issue_qk<Tr>(s, desc.q, desc.k(slot.stage));
+      issue_pv<Tr>(o, pa, desc.v(previous.stage));
       schedule.pass_turn();
       read_next();
       wgmma_wait<1>();  // S(n) done; P(n-1) V(n-1) may still run
@@ -333,7 +363,7 @@ __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<
     }
     mbarrier_wait(sm.v_full(previous.stage), previous.parity);
     schedule.wait_turn();
-    issue_pv<Tr>(o, pa, sm.v(previous.stage));
+    issue_pv<Tr>(o, pa, desc.v(previous.stage));
     schedule.pass_turn();
     wgmma_wait<0>();
     wgmma_fence_operands(o);
@@ -349,13 +379,14 @@ __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<
 template <typename Tr>
 __device__ __forceinline__ void consume(const FwdParams& p, const Sm90Smem<Tr>& sm, int64_t units) {
   const int consumer_thread = static_cast<int>(threadIdx.x) - 128;
-  const int group = consumer_thread / 128, warp = consumer_thread / 32, lane = consumer_thread % 32;
+  const int group = warp_uniform(consumer_thread / 128), warp = consumer_thread / 32, lane = consumer_thread % 32;
+  const Sm90Descriptors<Tr> desc(sm, group);
   RingSlot<Tr::kStages> slot;
   uint32_t q_parity = 0;
   const IssueOrder schedule{group};
   schedule.start();
   for (int64_t unit = blockIdx.x; unit < units; unit += gridDim.x)
-    consume_unit<Tr>(p, sm, Sm90Work::at(p, unit, Tr::kBlockM), slot, q_parity, schedule, group, warp, lane);
+    consume_unit<Tr>(p, sm, desc, Sm90Work::at(p, unit, Tr::kBlockM), slot, q_parity, schedule, warp, lane);
 }
 
 template <typename Tr>

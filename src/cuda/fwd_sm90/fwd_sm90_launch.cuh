@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <type_traits>
 
 #include "cuda/common/cuda_check.hpp"
@@ -37,6 +38,8 @@ void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
   const int64_t units = p.plan.num_items * p.batch * (p.q_heads / p.plan.blocks.num_heads);
+  require(units <= INT32_MAX && p.plan.num_q_tiles * p.plan.blocks.num_heads <= INT32_MAX,
+          "CUDA backend: ", units, " work units (plan items x batch x heads) exceed the sm90 kernel's 2^31 - 1");
   const int64_t ctas = std::min<int64_t>(units, sms);
   if (ctas > 0) {
     kernel<<<static_cast<unsigned>(ctas), Tr::kThreads, Tr::kSmemBytes, stream>>>(p, maps);

@@ -17,6 +17,7 @@
 #include "cuda/fwd_sm80/dilated_permute.hpp"
 #include "cuda/fwd_sm80/fwd_sm80.hpp"
 #include "cuda/fwd_sm90/fwd_sm90.hpp"
+#include "cuda/kernel_choice.hpp"
 #include "cuda/naive/naive_attention.hpp"
 #include "cuda/plan/device_plan.hpp"
 #include "cuda/select/dynamic_attention.hpp"
@@ -132,25 +133,37 @@ CudaKernel current_kernel() {
   return static_cast<CudaKernel>(c);
 }
 
-// Whether the Hopper kernel runs this call: per the choice, the device, the
-// build, the head dim and the mask's block sizes. Forcing it where it cannot
-// run throws.
-bool use_sm90(const cuda_detail::FwdParams& p, const BlockMask& mask) {
+}  // namespace
+
+namespace cuda_detail {
+
+bool choose_sm90(const std::string& caller, int64_t head_dim, bool tile_fits,
+                 const std::function<void()>& explain_misfit) {
   const CudaKernel choice = current_kernel();
   if (choice == CudaKernel::Sm80) return false;
   const bool forced = choice == CudaKernel::Sm90;
-  if (!cuda_detail::fwd_sm90_available()) {
-    require(!forced, "CUDA backend: the sm90 kernel (SPATTN_CUDA_KERNEL=sm90) needs a device of compute "
+  if (!fwd_sm90_available()) {
+    require(!forced, caller, ": the sm90 kernel (SPATTN_CUDA_KERNEL=sm90) needs a device of compute "
             "capability 9.0 and a build for CUDA architecture 90");
     return false;
   }
-  if (!cuda_detail::fwd_sm90_supports_head_dim(p.head_dim)) {
-    require(!forced, "CUDA backend: the sm90 kernel's head_dim must be one of ", cuda_detail::fwd_sm90_head_dims(),
-            " in this build, got ", p.head_dim);
+  if (!fwd_sm90_supports_head_dim(head_dim)) {
+    require(!forced, caller, ": the sm90 kernel's head_dim must be one of ", fwd_sm90_head_dims(),
+            " in this build, got ", head_dim);
     return false;
   }
-  if (forced) cuda_detail::check_tile_fit(mask, cuda_detail::kSm90Tile);
-  return cuda_detail::tile_fits(mask, cuda_detail::kSm90Tile);
+  if (forced && !tile_fits) explain_misfit();
+  return tile_fits;
+}
+
+}  // namespace cuda_detail
+
+namespace {
+
+// Whether the Hopper kernel runs this call (choose_sm90 with the mask's fit).
+bool use_sm90(const cuda_detail::FwdParams& p, const BlockMask& mask) {
+  return cuda_detail::choose_sm90("CUDA backend", p.head_dim, cuda_detail::tile_fits(mask, cuda_detail::kSm90Tile),
+                                  [&] { cuda_detail::check_tile_fit(mask, cuda_detail::kSm90Tile); });
 }
 
 // The fused kernel with p.plan (of `tile`); split rows write partial results

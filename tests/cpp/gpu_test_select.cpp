@@ -105,6 +105,18 @@ std::vector<int32_t> row_blocks(const BlockMask& m, int64_t r) {
                               m.kv_indices().begin() + m.row_offsets()[r + 1]);
 }
 
+// q and k from the structured generator (seeded with `seed`) or uniform random from `rng`.
+void fill_qk(HostTensor& q, HostTensor& k, bool structured, uint64_t seed, std::mt19937_64& rng) {
+  if (structured) {
+    StructuredQKConfig s;
+    s.seed = seed;
+    make_structured_qk(q.view, k.view, s);
+  } else {
+    q.fill_random(rng);
+    k.fill_random(rng);
+  }
+}
+
 struct Agreement {
   int64_t rows = 0, differing = 0;
 };
@@ -213,14 +225,7 @@ TEST(GpuSelect, MatchesTheHostSelector) {
                                       << t.Lq << " Lk=" << t.Lk << " D=" << t.D << " " << dtype_name(t.dtype)
                                       << " block " << t.config.block_q << "x" << t.config.block_k);
     HostTensor q(t.dtype, t.batch, t.Hq, t.Lq, t.D), k(t.dtype, t.batch, t.Hkv, t.Lk, t.D);
-    if (t.structured) {
-      StructuredQKConfig s;
-      s.seed = static_cast<uint64_t>(t.Lq + t.Lk);
-      make_structured_qk(q.view, k.view, s);
-    } else {
-      q.fill_random(rng);
-      k.fill_random(rng);
-    }
+    fill_qk(q, k, t.structured, static_cast<uint64_t>(t.Lq + t.Lk), rng);
     DeviceTensor dq(q), dk(k);
     BlockSelector selector(t.config, shape_of(q, k));
     selector.run(dq.view(), dk.view(), nullptr);
@@ -326,14 +331,7 @@ TEST(GpuSelect, AntidiagonalSamplingMatchesTheHost) {
     cs.config.stride = strides[t];
     SCOPED_TRACE(::testing::Message() << "case " << t << ", stride " << strides[t]);
     HostTensor q(cs.dtype, 1, cs.Hq, cs.Lq, cs.D), k(cs.dtype, 1, cs.Hkv, cs.Lk, cs.D);
-    if (cs.structured) {
-      StructuredQKConfig s;
-      s.seed = 7 + t;
-      make_structured_qk(q.view, k.view, s);
-    } else {
-      q.fill_random(rng);
-      k.fill_random(rng);
-    }
+    fill_qk(q, k, cs.structured, 7 + t, rng);
     DeviceTensor dq(q), dk(k);
     BlockSelector selector(cs.config, shape_of(q, k));
     selector.run(dq.view(), dk.view(), nullptr);

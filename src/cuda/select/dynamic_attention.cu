@@ -7,6 +7,7 @@
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/fwd_sm80/fwd_sm80.hpp"
 #include "cuda/fwd_sm90/fwd_sm90.hpp"
+#include "cuda/kernel_choice.hpp"
 #include "cuda/plan/device_plan.hpp"
 #include "spattn/cuda.hpp"
 #include "spattn/error.hpp"
@@ -46,16 +47,11 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // library's kernel choice (cuda_kernel()), where the device, the build, the
 // head dim and the block sizes allow it. Forcing it where they do not throws.
 bool use_sm90(const SelectConfig& config, int64_t head_dim) {
-  const CudaKernel choice = cuda_kernel();
-  if (choice == CudaKernel::Sm80) return false;
-  const bool fits = fwd_sm90_available() && fwd_sm90_supports_head_dim(head_dim) &&
-                    config.block_q % kSm90Tile.rows == 0 && config.block_k % kSm90Tile.cols == 0;
-  require(fits || choice != CudaKernel::Sm90,
-          "CUDA dynamic attention: the sm90 kernel (SPATTN_CUDA_KERNEL=sm90) needs a device of compute capability "
-          "9.0, a head dim it is built for (",
-          fwd_sm90_head_dims(), ") and block_q, block_k multiples of ", kSm90Tile.cols, "; got head_dim ", head_dim,
-          ", block_q ", config.block_q, ", block_k ", config.block_k);
-  return fits;
+  const bool fits = config.block_q % kSm90Tile.rows == 0 && config.block_k % kSm90Tile.cols == 0;
+  return choose_sm90("CUDA dynamic attention", head_dim, fits, [&] {
+    fail("CUDA dynamic attention: the sm90 kernel (SPATTN_CUDA_KERNEL=sm90) needs block_q and block_k multiples of ",
+         kSm90Tile.cols, "; got block_q ", config.block_q, ", block_k ", config.block_k);
+  });
 }
 
 }  // namespace

@@ -16,7 +16,7 @@
 # Environment: BUILD (build dir, default build-gpu), CUDA_ARCHS (default 90),
 # HEAD_DIMS (SPATTN_CUDA_HEAD_DIMS of the build, default all),
 # CASES (benchmark cases of the bench stage, default all), HEAD_DIM (of the
-# bench stage, default 128),
+# bench stage, default 128), PROFILE_CASE (of the profile stage, default dense),
 # SHAPES (bench and peer shapes, default 32768x16,131072x8), WHEELS (folder of the
 # Python build backend's wheels for machines without PyPI, default .whl).
 # Where GoogleTest is not
@@ -133,11 +133,18 @@ if want seeds; then
 fi
 
 if want profile; then
-  # Stall reasons and pipe use of the fused kernel on a dense problem.
+  # Stall reasons, pipe use and the hottest SASS instructions of the fused
+  # kernel on a dense problem (PROFILE_CASE, default dense).
   step profile profile.log ncu --kernel-name regex:fwd_sm --launch-skip 1 --launch-count 1 \
     --section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis --section Occupancy \
-    "$BUILD/bench/spattn_cuda_bench" --cases dense --seq 16384 --heads 16 --head-dim 128 --repeats 1
-  grep -E "Stall|Throughput|Pipe|Issue|Occupancy|Registers" "$LOG/profile.log" | head -40
+    --section SourceCounters --import-source no -o "$LOG/profile" -f \
+    "$BUILD/bench/spattn_cuda_bench" --cases "${PROFILE_CASE:-dense}" --seq 16384 --heads 16 --head-dim 128 \
+    --repeats 1
+  ncu --import "$LOG/profile.ncu-rep" > "$LOG/profile_details.log" 2>&1
+  grep -E "Stall|Throughput|Pipe|Issue|Occupancy|Registers" "$LOG/profile_details.log" | head -40
+  ncu --import "$LOG/profile.ncu-rep" --page source --csv --print-source sass > "$LOG/profile_sass.csv" 2>&1
+  python3 bench/ncu_hotspots.py "$LOG/profile_sass.csv" --top 40 | tee "$LOG/profile_hotspots.log"
+  rm -f "$LOG/profile.ncu-rep"
 fi
 
 if want masks; then

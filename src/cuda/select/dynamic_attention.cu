@@ -1,8 +1,12 @@
 // cuda/select/dynamic_attention.cu - DynamicAttention (dynamic_attention.hpp):
 // the selector, the work items of the forward kernel built on the device from
-// the selected row counts, and one forward launch per batch element on the
-// selector's slots.
+// the selected row counts and ordered longest first, and one forward launch
+// per batch element on the selector's slots.
 #include "cuda/select/dynamic_attention.hpp"
+
+#include <cub/device/device_radix_sort.cuh>
+
+#include <cstdint>
 
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/fwd_sm80/fwd_sm80.hpp"
@@ -19,7 +23,9 @@ constexpr int kItemThreads = 256;
 
 struct ItemArgs {
   const int32_t* counts = nullptr;  // the selector's row counts, (B, mask_heads * num_q_blocks)
-  WorkItem* items = nullptr;        // (B, mask_heads * num_q_tiles)
+  WorkItem* items = nullptr;        // (B, mask_heads * num_q_tiles), in tile order
+  uint32_t* lengths = nullptr;      // each item's count of kept blocks (the sort keys)
+  int32_t* order = nullptr;         // each item's index in its batch element (the sorted values)
   int64_t batch = 0, mask_heads = 0, num_q_tiles = 0, num_q_blocks = 0, tiles_per_block = 1, capacity = 0;
 };
 
@@ -33,12 +39,31 @@ __global__ void __launch_bounds__(kItemThreads) items_kernel(const ItemArgs a) {
   const int64_t b = id / per_batch, n = id % per_batch;
   const int64_t head = n % a.mask_heads, tile = a.num_q_tiles - 1 - n / a.mask_heads;
   const int64_t mask_row = head * a.num_q_blocks + tile / a.tiles_per_block;
+  const int32_t count = a.counts[b * a.mask_heads * a.num_q_blocks + mask_row];
   WorkItem w;
   w.begin = mask_row * a.capacity;
-  w.end = w.begin + a.counts[b * a.mask_heads * a.num_q_blocks + mask_row];
+  w.end = w.begin + count;
   w.row = static_cast<int32_t>(head * a.num_q_tiles + tile);
   w.slot = -1;
   a.items[id] = w;
+  a.lengths[id] = static_cast<uint32_t>(count);
+  a.order[id] = static_cast<int32_t>(n);
+}
+
+// items[id] = the item of its batch element that the sort put at id's place.
+__global__ void __launch_bounds__(kItemThreads)
+    gather_items_kernel(const WorkItem* in_tile_order, const int32_t* sorted, WorkItem* out, int64_t per_batch,
+                        int64_t count) {
+  const int64_t id = static_cast<int64_t>(blockIdx.x) * kItemThreads + threadIdx.x;
+  if (id >= count) return;
+  out[id] = in_tile_order[id - id % per_batch + sorted[id]];
+}
+
+// Bits that hold every count up to `capacity` (the radix sort looks at no more).
+int count_bits(int64_t capacity) {
+  int bits = 1;
+  while ((int64_t{1} << bits) <= capacity) ++bits;
+  return bits;
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -56,10 +81,43 @@ bool use_sm90(const SelectConfig& config, int64_t head_dim) {
 
 }  // namespace
 
+// The work items and what ordering them needs: the items in tile order, the
+// sort's keys and values in and out, and the radix sort's scratch, all sized
+// once so that make_items allocates nothing.
 struct DynamicAttention::Items {
-  WorkItem* data = nullptr;
-  ~Items() {
-    if (data) cudaFree(data);  // errors at teardown are ignored on purpose
+  WorkItem* data = nullptr;        // ordered, what the kernel reads
+  WorkItem* in_tile_order = nullptr;
+  uint32_t* lengths = nullptr;     // 2 x count: keys in, keys out
+  int32_t* order = nullptr;        // 2 x count: values in, values out
+  void* sort_scratch = nullptr;
+  size_t sort_scratch_bytes = 0;
+  int64_t per_batch = 0, count = 0;
+  int key_bits = 1;
+
+  Items(int64_t batch, int64_t per_batch_items, int64_t capacity)
+      : per_batch(per_batch_items), count(batch * per_batch_items), key_bits(count_bits(capacity)) {
+    allocate(&data, count, "cudaMalloc(work items)");
+    allocate(&in_tile_order, count, "cudaMalloc(work items in tile order)");
+    allocate(&lengths, 2 * count, "cudaMalloc(work item lengths)");
+    allocate(&order, 2 * count, "cudaMalloc(work item order)");
+    check_cuda(cub::DeviceRadixSort::SortPairsDescending(nullptr, sort_scratch_bytes, lengths, lengths + count,
+                                                          order, order + count, static_cast<int>(per_batch), 0,
+                                                          key_bits),
+               "cub::DeviceRadixSort (scratch size)");
+    check_cuda(cudaMalloc(&sort_scratch, sort_scratch_bytes), "cudaMalloc(work item sort scratch)");
+  }
+  ~Items() {  // errors at teardown are ignored on purpose
+    for (void* p : {static_cast<void*>(data), static_cast<void*>(in_tile_order), static_cast<void*>(lengths),
+                    static_cast<void*>(order), sort_scratch})
+      if (p) cudaFree(p);
+  }
+  Items(const Items&) = delete;
+  Items& operator=(const Items&) = delete;
+
+ private:
+  template <typename V>
+  static void allocate(V** p, int64_t n, const char* what) {
+    check_cuda(cudaMalloc(reinterpret_cast<void**>(p), sizeof(V) * static_cast<size_t>(n)), what);
   }
 };
 
@@ -77,10 +135,9 @@ DynamicAttention::DynamicAttention(const SelectConfig& config, const SelectShape
   predicate_.blocks = BlockMaskView{};  // only the expressions are used
   num_q_tiles_ = ceil_div(shape.q_len, tile_.rows);
   num_k_tiles_ = ceil_div(shape.k_len, tile_.cols);
-  items_ = std::make_unique<Items>();
-  const int64_t count = shape.batch * selector_->mask_heads() * num_q_tiles_;
-  check_cuda(cudaMalloc(reinterpret_cast<void**>(&items_->data), sizeof(WorkItem) * count),
-             "cudaMalloc(work items)");
+  require(selector_->mask_heads() * num_q_tiles_ <= INT32_MAX, "CUDA dynamic attention: ",
+          selector_->mask_heads() * num_q_tiles_, " work items per batch element exceed 2^31 - 1");
+  items_ = std::make_unique<Items>(shape.batch, selector_->mask_heads() * num_q_tiles_, selector_->capacity());
 }
 
 DynamicAttention::~DynamicAttention() = default;
@@ -92,18 +149,36 @@ void DynamicAttention::select(const TensorView& q, const TensorView& k, cudaStre
 }
 
 void DynamicAttention::make_items(cudaStream_t stream) {
+  Items& it = *items_;
   ItemArgs a;
   a.counts = selector_->counts();
-  a.items = items_->data;
+  a.items = it.in_tile_order;
+  a.lengths = it.lengths;
+  a.order = it.order;
   a.batch = shape_.batch;
   a.mask_heads = selector_->mask_heads();
   a.num_q_tiles = num_q_tiles_;
   a.num_q_blocks = shape_mask_.num_q_blocks();
   a.tiles_per_block = shape_mask_.block_q() / tile_.rows;
   a.capacity = selector_->capacity();
-  const int64_t count = a.batch * a.mask_heads * a.num_q_tiles;
-  items_kernel<<<static_cast<unsigned>(ceil_div(count, kItemThreads)), kItemThreads, 0, stream>>>(a);
+  const auto blocks = static_cast<unsigned>(ceil_div(it.count, kItemThreads));
+  items_kernel<<<blocks, kItemThreads, 0, stream>>>(a);
   check_launch("items_kernel");
+  // Longest rows first, per batch element (the persistent kernel deals the
+  // items round-robin, so rows of very different length, as a mass threshold
+  // selects, spread evenly); the radix sort is stable, ties keep tile order.
+  for (int64_t b = 0; b < shape_.batch; ++b) {
+    const int64_t first = b * it.per_batch;
+    size_t scratch_bytes = it.sort_scratch_bytes;
+    check_cuda(cub::DeviceRadixSort::SortPairsDescending(
+                   it.sort_scratch, scratch_bytes, it.lengths + first, it.lengths + it.count + first,
+                   it.order + first, it.order + it.count + first, static_cast<int>(it.per_batch), 0, it.key_bits,
+                   stream),
+               "cub::DeviceRadixSort of the work items");
+  }
+  gather_items_kernel<<<blocks, kItemThreads, 0, stream>>>(it.in_tile_order, it.order + it.count, it.data,
+                                                           it.per_batch, it.count);
+  check_launch("gather_items_kernel");
 }
 
 BlockMask DynamicAttention::mask(int64_t b) {

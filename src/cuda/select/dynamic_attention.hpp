@@ -9,7 +9,9 @@
 // kv_indices = slots, kv_full = slot full flags) and the packing into
 // contiguous BlockMask arrays is skipped. The work items, one per (mask head,
 // query tile), none split, are written by items_kernel from the device row
-// counts after every selection. Blocks that causality cuts are partial and
+// counts after every selection and ordered longest first (a CUB radix sort
+// per batch element, so that rows of very different length, as a mass
+// threshold selects them, spread evenly over the persistent grid). Blocks that causality cuts are partial and
 // take the causal predicate from the device copy of a causal BlockMask of the
 // same shape (`shape_mask`, made once, also used to validate the tensors).
 // select() and attend() allocate, copy and wait for nothing: they can be

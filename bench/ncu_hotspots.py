@@ -36,7 +36,9 @@ def main():
     if not rows:
         sys.exit(f"{args.csv_path}: no instruction rows")
     columns = list(rows[0].keys())
-    samples = next(c for c in columns if c and c.startswith("Warp Stall Sampling (All"))
+    samples = next((c for c in columns if c and c.startswith("Warp Stall Sampling (All")), None)
+    if samples is None:
+        sys.exit(f"{args.csv_path}: no 'Warp Stall Sampling (All Samples)' column; columns: {columns}")
     source = next((c for c in columns if c.strip().lower() == "source"), columns[1])
     address = next((c for c in columns if "address" in c.lower()), columns[0])
     reasons = [c for c in columns if c.lower().startswith("stall_") or c.startswith("smsp__pcsamp")]
@@ -47,7 +49,8 @@ def main():
         share = 100.0 * number(r[samples]) / total
         top_reasons = sorted(((number(r[c]), c) for c in reasons), reverse=True)[:3]
         why = ", ".join(f"{c}={v:.0f}" for v, c in top_reasons if v > 0)
-        print(f"{share:5.1f}%  {r[address]:>8}  {r[source].strip()[:70]:<70}  {why}")
+        text = (r.get(source) or "").strip()[:70]
+        print(f"{share:5.1f}%  {r.get(address) or '':>8}  {text:<70}  {why}")
 
 
 if __name__ == "__main__":

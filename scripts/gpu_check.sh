@@ -140,11 +140,15 @@ if want profile; then
     --section SourceCounters --import-source no -o "$LOG/profile" -f \
     "$BUILD/bench/spattn_cuda_bench" --cases "${PROFILE_CASE:-dense}" --seq 16384 --heads 16 --head-dim 128 \
     --repeats 1
-  ncu --import "$LOG/profile.ncu-rep" > "$LOG/profile_details.log" 2>&1
-  grep -E "Stall|Throughput|Pipe|Issue|Occupancy|Registers" "$LOG/profile_details.log" | head -40
-  ncu --import "$LOG/profile.ncu-rep" --page source --csv --print-source sass > "$LOG/profile_sass.csv" 2>&1
-  python3 bench/ncu_hotspots.py "$LOG/profile_sass.csv" --top 40 | tee "$LOG/profile_hotspots.log"
-  rm -f "$LOG/profile.ncu-rep"
+  if [ -f "$LOG/profile.ncu-rep" ]; then
+    step "profile details" profile_details.log ncu --import "$LOG/profile.ncu-rep" &&
+      grep -E "Stall|Throughput|Pipe|Issue|Occupancy|Registers" "$LOG/profile_details.log" | head -40
+    step "profile source" profile_source.log sh -c "ncu --import '$LOG/profile.ncu-rep' --page source --csv \
+      --print-source sass > '$LOG/profile_sass.csv'" &&
+      step "profile hotspots" profile_hotspots.log python3 bench/ncu_hotspots.py "$LOG/profile_sass.csv" --top 40 &&
+      cat "$LOG/profile_hotspots.log"
+    rm -f "$LOG/profile.ncu-rep"
+  fi
 fi
 
 if want masks; then

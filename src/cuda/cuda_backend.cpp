@@ -3,10 +3,8 @@
 // views, the mask's device plans, and the launch.
 #include <cuda_runtime_api.h>
 
-#include <atomic>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -108,62 +106,18 @@ cuda_detail::FwdParams make_params(const TensorView& q, const TensorView& k, con
   return kernel_params(q, k, v, out, scale, lse);
 }
 
-CudaKernel parse_kernel_variable() {
-  const char* value = std::getenv("SPATTN_CUDA_KERNEL");
-  const std::string v = value ? value : "auto";
-  if (v == "auto" || v.empty()) return CudaKernel::Auto;
-  if (v == "sm80") return CudaKernel::Sm80;
-  if (v == "sm90") return CudaKernel::Sm90;
-  fail("SPATTN_CUDA_KERNEL must be auto, sm80 or sm90, got '", v, "'");
+
+// The tile of the kernel that runs a call: the sm90 kernel's for the head
+// dim, or the sm80 kernel's.
+cuda_detail::TileShape kernel_tile(bool sm90, int64_t head_dim) {
+  return sm90 ? cuda_detail::sm90_tile(head_dim) : cuda_detail::kSm80Tile;
 }
-
-// The current choice; initialised from SPATTN_CUDA_KERNEL on first use (a bad
-// value throws then, and again on every later use until it is overridden).
-std::atomic<int>& kernel_choice() {
-  static std::atomic<int> choice{-1};
-  return choice;
-}
-
-CudaKernel current_kernel() {
-  int c = kernel_choice().load();
-  if (c < 0) {
-    c = static_cast<int>(parse_kernel_variable());
-    kernel_choice().store(c);
-  }
-  return static_cast<CudaKernel>(c);
-}
-
-}  // namespace
-
-namespace cuda_detail {
-
-bool choose_sm90(const std::string& caller, int64_t head_dim, bool tile_fits,
-                 const std::function<void()>& explain_misfit) {
-  const CudaKernel choice = current_kernel();
-  if (choice == CudaKernel::Sm80) return false;
-  const bool forced = choice == CudaKernel::Sm90;
-  if (!fwd_sm90_available()) {
-    require(!forced, caller, ": the sm90 kernel (SPATTN_CUDA_KERNEL=sm90) needs a device of compute "
-            "capability 9.0 and a build for CUDA architecture 90");
-    return false;
-  }
-  if (!fwd_sm90_supports_head_dim(head_dim)) {
-    require(!forced, caller, ": the sm90 kernel's head_dim must be one of ", fwd_sm90_head_dims(),
-            " in this build, got ", head_dim);
-    return false;
-  }
-  if (forced && !tile_fits) explain_misfit();
-  return tile_fits;
-}
-
-}  // namespace cuda_detail
-
-namespace {
 
 // Whether the Hopper kernel runs this call (choose_sm90 with the mask's fit).
 bool use_sm90(const cuda_detail::FwdParams& p, const BlockMask& mask) {
-  return cuda_detail::choose_sm90("CUDA backend", p.head_dim, cuda_detail::tile_fits(mask, cuda_detail::kSm90Tile),
-                                  [&] { cuda_detail::check_tile_fit(mask, cuda_detail::kSm90Tile); });
+  const cuda_detail::TileShape tile = cuda_detail::sm90_tile(p.head_dim);
+  return cuda_detail::choose_sm90("CUDA backend", p.head_dim, cuda_detail::tile_fits(mask, tile),
+                                  [&] { cuda_detail::check_tile_fit(mask, tile); });
 }
 
 // The fused kernel with p.plan (of `tile`); split rows write partial results
@@ -177,7 +131,7 @@ void run_fused(cuda_detail::FwdParams p, DType dtype, bool sm90, cudaStream_t s)
       cuda_detail::run_fwd_sm80(p, dtype, s);
   };
   if (p.plan.num_split_rows == 0) return run();
-  const int64_t rows = sm90 ? cuda_detail::kSm90Tile.rows : cuda_detail::kSm80Tile.rows;
+  const int64_t rows = kernel_tile(sm90, p.head_dim).rows;
   const int64_t o_floats = cuda_detail::partial_o_floats(p, rows);
   const int64_t lse_floats = cuda_detail::partial_lse_floats(p, rows);
   ScopedScratch scratch(static_cast<size_t>(o_floats + lse_floats) * sizeof(float), s);
@@ -194,7 +148,7 @@ void run_fused(cuda_detail::FwdParams p, DType dtype, bool sm90, cudaStream_t s)
 // (sm90 or not).
 void run_dilated_split(const cuda_detail::DilatedSplit& split, const cuda_detail::FwdParams& p, DType dtype,
                        bool sm90, cudaStream_t s) {
-  const cuda_detail::TileShape tile = sm90 ? cuda_detail::kSm90Tile : cuda_detail::kSm80Tile;
+  const cuda_detail::TileShape tile = kernel_tile(sm90, p.head_dim);
   cuda_detail::PermuteGeometry g;
   g.batch = p.batch;
   g.heads = p.q_heads;
@@ -286,12 +240,6 @@ int cuda_device_count() {
   return count;
 }
 
-void cuda_set_kernel(CudaKernel kernel) { kernel_choice().store(static_cast<int>(kernel)); }
-
-CudaKernel cuda_kernel() { return current_kernel(); }
-
-bool cuda_sm90_kernel_available() { return cuda_detail::fwd_sm90_available(); }
-
 void cuda_prepare_mask(const BlockMask& mask) {
   // The plans of each kernel that may run the mask (the head dim decides between them at the call).
   const auto prepare = [&](cuda_detail::TileShape tile) {
@@ -304,9 +252,9 @@ void cuda_prepare_mask(const BlockMask& mask) {
     }
   };
   prepare(cuda_detail::kSm80Tile);
-  if (current_kernel() != CudaKernel::Sm80 && cuda_detail::fwd_sm90_available() &&
-      cuda_detail::tile_fits(mask, cuda_detail::kSm90Tile))
-    prepare(cuda_detail::kSm90Tile);
+  if (cuda_kernel() != CudaKernel::Sm80 && cuda_detail::fwd_sm90_available())
+    for (const cuda_detail::TileShape tile : {cuda_detail::kSm90WideTile, cuda_detail::kSm90NarrowTile})
+      if (cuda_detail::tile_fits(mask, tile)) prepare(tile);
 }
 
 void cuda_attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
@@ -318,7 +266,7 @@ void cuda_attention(const TensorView& q, const TensorView& k, const TensorView& 
     cuda_detail::check_fwd_sm80_head_dim(p.head_dim);
     cuda_detail::check_tile_fit(mask, cuda_detail::kSm80Tile);
   }
-  const cuda_detail::TileShape tile = sm90 ? cuda_detail::kSm90Tile : cuda_detail::kSm80Tile;
+  const cuda_detail::TileShape tile = kernel_tile(sm90, p.head_dim);
   // The split's full runs depend on the tile (dilated_split.hpp), so it is made for the chosen kernel.
   const std::shared_ptr<const cuda_detail::DilatedSplit> split = cuda_detail::dilated_split(mask, tile);
   if (split && split->query_heads == p.q_heads) return run_dilated_split(*split, p, q.dtype, sm90, s);
@@ -352,7 +300,7 @@ void cuda_attention_varlen(const TensorView& q, const TensorView& k, const Tenso
   p.varlen.total_k = k.seq_len();
   const auto s = static_cast<cudaStream_t>(stream);
   p.mask = cuda_detail::device_mask(mask, s);
-  p.plan = cuda_detail::device_tile_plan(mask, sm90 ? cuda_detail::kSm90Tile : cuda_detail::kSm80Tile, s);
+  p.plan = cuda_detail::device_tile_plan(mask, kernel_tile(sm90, p.head_dim), s);
   run_fused(p, q.dtype, sm90, s);
 }
 

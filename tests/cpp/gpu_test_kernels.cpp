@@ -1,8 +1,9 @@
 // tests/cpp/gpu_test_kernels.cpp - the two fused CUDA kernels, each forced
 // (cuda_set_kernel), against the fp64 reference on the key cases: every
-// pattern, both dtypes, head dims 64 and 128, odd lengths, Lq != Lk both ways,
-// GQA, batches, both layouts, mask blocks 16..256, rows with no allowed key,
-// split rows, dilated terms through the token permutation. The Hopper kernel
+// pattern, both dtypes, head dims 64 and 128 (and 256, the sm90 kernel's
+// 128 x 64 tile), odd lengths, Lq != Lk both ways, GQA, batches, both layouts,
+// mask blocks 16..256, rows with no allowed key, split rows, dilated terms
+// through the token permutation. The Hopper kernel
 // (sm90) runs only on a device of compute capability 9.0 with a build for it;
 // elsewhere its cases are skipped.
 #include <gtest/gtest.h>
@@ -41,6 +42,55 @@ TEST_P(GpuKernels, EveryPatternBothDtypesBothHeadDims) {
         pr.block_q = pr.block_k = 64;
         expect_matches_reference(pr, seed++);
       }
+}
+
+// Head dim 256 runs the sm90 kernel on its narrow (128 x 64) tile: patterns
+// with full, partial and ragged tiles, both dtypes, Lq != Lk, GQA, mask blocks
+// smaller and larger than the tile, a split row and a dilated split.
+TEST_P(GpuKernels, HeadDim256) {
+  std::mt19937_64 rng(2151);
+  const std::vector<Case> cases = {
+      dense_case(false), causal_case(), window_case(200), streaming_case(16, 100),
+      bigbird_case(1000, 64, 3, 1, 3, 7, false), custom_case(rng, 1000, 1000, 2, 64, 64, 0.3, false, false),
+      per_head_case({streaming_case(8, 50), dense_case(true)}, 2)};
+  uint64_t seed = 2160;
+  for (const Case& c : cases)
+    for (DType dtype : {DType::BF16, DType::F16}) {
+      GpuProblem pr;
+      pr.pattern = c.pattern;
+      pr.dtype = pr.out_dtype = dtype;
+      pr.q_heads = pr.kv_heads = 2;
+      pr.q_len = pr.k_len = 1000;
+      pr.head_dim = 256;
+      pr.block_q = pr.block_k = 64;
+      expect_matches_reference(pr, seed++);
+    }
+  const int64_t blocks[][2] = {{32, 32}, {128, 128}, {256, 64}, {64, 256}};
+  for (const auto& b : blocks) {
+    GpuProblem pr;
+    pr.pattern = Pattern::causal();
+    pr.q_heads = 4;
+    pr.kv_heads = 2;
+    pr.q_len = 700;
+    pr.k_len = 1100;
+    pr.head_dim = 256;
+    pr.block_q = b[0];
+    pr.block_k = b[1];
+    expect_matches_reference(pr, seed++);
+  }
+  GpuProblem split;  // the global row of a long sequence is split into pieces
+  split.pattern = Pattern::longformer(64, {0});
+  split.q_heads = split.kv_heads = 1;
+  split.q_len = split.k_len = 4400;
+  split.head_dim = 256;
+  expect_matches_reference(split, seed++);
+  GpuProblem dilated;
+  dilated.pattern = Pattern::unite(Pattern::dilated({256}, {4}, true), Pattern::sliding_window(64));
+  dilated.q_heads = dilated.kv_heads = 2;
+  dilated.q_len = 600;
+  dilated.k_len = 600;
+  dilated.head_dim = 256;
+  expect_matches_reference(dilated, seed++);
 }
 
 TEST_P(GpuKernels, OddLengthsAndUnequalLengths) {
@@ -177,6 +227,8 @@ TEST(GpuSanitizerSm90, EachKernelPath) {
   pr.k_len = 600;
   pr.head_dim = 128;
   expect_matches_reference(pr, 4);
+  pr.head_dim = 256;  // the narrow tile
+  expect_matches_reference(pr, 5);
 }
 
 // Host-only: runs without a device too.

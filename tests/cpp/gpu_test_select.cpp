@@ -506,16 +506,17 @@ TEST(GpuSelect, DynamicAttentionEqualsTheStaticRunOfItsMasks) {
 
 TEST(GpuSelect, DynamicAttentionReplaysFromACudaGraph) {
   SPATTN_REQUIRE_GPU();
-  HostTensor q(DType::BF16, 1, 8, 2048, 128), k(DType::BF16, 1, 2, 2048, 128), v(DType::BF16, 1, 2, 2048, 128);
+  // Two batch elements: the work items of both are ordered by one sort in the graph.
+  HostTensor q(DType::BF16, 2, 8, 2048, 128), k(DType::BF16, 2, 2, 2048, 128), v(DType::BF16, 2, 2, 2048, 128);
   StructuredQKConfig s;
   s.seed = 5;
   make_structured_qk(q.view, k.view, s);
   std::mt19937_64 rng(305);
   v.fill_random(rng);
   DeviceTensor dq(q), dk(k), dv(v);
-  HostTensor eager(DType::BF16, 1, 8, 2048, 128), replayed(DType::BF16, 1, 8, 2048, 128);
+  HostTensor eager(DType::BF16, 2, 8, 2048, 128), replayed(DType::BF16, 2, 8, 2048, 128);
   DeviceTensor dout(eager);
-  CudaDynamicAttention dynamic(make_config(128, 128, {}, 0.9, true, 1, 2, 0, 8, false), 1, 8, 2, 2048, 2048,
+  CudaDynamicAttention dynamic(make_config(128, 128, {}, 0.9, true, 1, 2, 0, 8, false), 2, 8, 2, 2048, 2048,
                                128, 1.0 / std::sqrt(128.0));
   dynamic.run(dq.view(), dk.view(), dv.view(), dout.view());
   cuda_ok(cudaDeviceSynchronize(), "dynamic attention");

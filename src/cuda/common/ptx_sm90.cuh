@@ -117,13 +117,6 @@ __device__ __forceinline__ uint64_t smem_descriptor(uint32_t address, uint32_t l
 // compile-time offsets.
 __device__ __forceinline__ uint64_t smem_descriptor_plus(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
 
-// `value` of lane 0 in every lane: the compiler then knows it is the same
-// across the warp (uniform registers, no divergent branches on it).
-template <typename V>
-__device__ __forceinline__ V warp_uniform(V value) {
-  return __shfl_sync(0xffffffffu, value, 0);
-}
-
 // Orders register and shared-memory accesses before the following wgmma.
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 

@@ -15,6 +15,15 @@
 
 namespace spattn::cuda_detail {
 
+// `value` of lane 0 in every lane, for values the same in every lane anyway
+// (what a warp reads of the plan at one position): the broadcast tells the
+// compiler they are warp-uniform, so that it can keep them and their
+// branches out of the per-lane divergence handling.
+template <typename V>
+__device__ __forceinline__ V warp_uniform(V value) {
+  return __shfl_sync(0xffffffffu, value, 0);
+}
+
 struct TileWalk {
   int64_t at = 0;   // entry of the row in kv_indices
   int64_t end = 0;  // one past the row's last entry

@@ -1,7 +1,7 @@
 // cuda/fwd_sm90/fwd_sm90.hpp - entry of the Hopper-native fused forward
 // kernel (sm_90a: TMA, wgmma, warp specialisation; fwd_sm90_kernel.cuh).
 //
-// The kernel tile its plans are derived with, whether this build and the
+// The kernel tiles its plans are derived with, whether this build and the
 // current device can run it, what it supports, and the launch, dispatched at
 // run time on dtype and head dim to the explicit instantiations in
 // cuda/instantiations/ (compiled only when the build targets sm90).
@@ -18,7 +18,13 @@
 
 namespace spattn::cuda_detail {
 
-constexpr TileShape kSm90Tile{128, 128};
+// The kernel tile for a head dim: 128 queries x 128 keys up to D = 128;
+// 128 x 64 at D = 256, where a 128-key tile's scores, P and O would not fit
+// the consumers' registers next to each other, nor two K/V stages the shared
+// memory. Both tiles take every power-of-two mask block from 16 to 256.
+constexpr TileShape kSm90WideTile{128, 128};
+constexpr TileShape kSm90NarrowTile{128, 64};
+constexpr TileShape sm90_tile(int64_t head_dim) { return head_dim > 128 ? kSm90NarrowTile : kSm90WideTile; }
 
 // True when this build holds sm_90a code and the current device has compute
 // capability 9.0 (sm_90a code runs on no other).
@@ -32,11 +38,11 @@ bool fwd_sm90_supports_head_dim(int64_t head_dim);
 
 // Launches the kernel for `dtype` (fp16 or bf16) and p.head_dim on `stream`
 // (a persistent grid of one CTA per multiprocessor), then the merge of split
-// rows. p.plan must be the plan of kSm90Tile (a dilated split's passes: of
-// the split made for kSm90Tile); a varlen batch needs p.varlen.total_q and
-// total_k > 0; p.partial_o / p.partial_lse must hold partial_o_floats /
-// partial_lse_floats(p, kSm90Tile.rows) floats (split_combine.hpp) when the
-// plan splits rows.
+// rows. p.plan must be the plan of sm90_tile(p.head_dim) (a dilated split's
+// passes: of the split made for that tile); a varlen batch needs
+// p.varlen.total_q and total_k > 0; p.partial_o / p.partial_lse must hold
+// partial_o_floats / partial_lse_floats(p, sm90_tile(p.head_dim).rows) floats
+// (split_combine.hpp) when the plan splits rows.
 void run_fwd_sm90(const FwdParams& p, DType dtype, cudaStream_t stream);
 
 // One instantiation per (element type, head dim), defined in cuda/instantiations/.

@@ -21,6 +21,9 @@ constexpr int kBuiltHeadDims[] = {
 #if defined(SPATTN_CUDA_SM90_HDIM_128)
     128,
 #endif
+#if defined(SPATTN_CUDA_SM90_HDIM_256)
+    256,
+#endif
     0};  // 0 ends the list (never a head dim)
 
 constexpr bool is_built(int64_t head_dim) { return head_dim_in(kBuiltHeadDims, head_dim); }
@@ -30,6 +33,7 @@ void run_typed(const FwdParams& p, cudaStream_t stream) {
   switch (p.head_dim) {
     case 64: if constexpr (is_built(64)) return launch_fwd_sm90<T, 64>(p, stream); break;
     case 128: if constexpr (is_built(128)) return launch_fwd_sm90<T, 128>(p, stream); break;
+    case 256: if constexpr (is_built(256)) return launch_fwd_sm90<T, 256>(p, stream); break;
   }
   fail("CUDA backend: the sm90 kernel's head_dim must be one of ", fwd_sm90_head_dims(), " in this build, got ",
        p.head_dim);

@@ -55,29 +55,39 @@ namespace spattn::cuda_detail {
 // tile of such a plan has only full sub-blocks, so it is never evaluated).
 __device__ const PatternExpr kNoPatternExpr{};
 
+// How work unit numbers map to (plan item, batch, head): the grid's units are
+// the plan's items times `copies` = batch x heads per mask head. The counts
+// are divided once per role, and every unit is decoded in 32-bit arithmetic
+// (64-bit division is a long software routine); the launch checks that the
+// unit count fits.
+struct Sm90Units {
+  uint32_t heads_per_mask_head, copies, q_tiles, q_per_kv;
+  int64_t count;
+  __device__ __forceinline__ explicit Sm90Units(const FwdParams& p)
+      : heads_per_mask_head(static_cast<uint32_t>(p.q_heads / p.plan.blocks.num_heads)),
+        copies(static_cast<uint32_t>(p.batch) * heads_per_mask_head),
+        q_tiles(static_cast<uint32_t>(p.plan.num_q_tiles)),
+        q_per_kv(static_cast<uint32_t>(p.q_heads / p.kv_heads)),
+        count(p.plan.num_items * copies) {}
+};
+
 // One work unit of the persistent grid: a plan item for one (batch, head).
-// Decoded in 32-bit arithmetic (64-bit division is a long software routine,
-// paid per unit by both roles); the launch checks that the counts fit.
 struct Sm90Work {
   WorkItem item;
   int64_t copy = 0, b = 0, h = 0, kv_head = 0, q0 = 0;
 
-  __device__ __forceinline__ static Sm90Work at(const FwdParams& p, int64_t unit, int64_t block_m) {
-    const DeviceTilePlanView& plan = p.plan;
-    const uint32_t heads_per_mask_head = static_cast<uint32_t>(p.q_heads / plan.blocks.num_heads);
-    const uint32_t copies = static_cast<uint32_t>(p.batch) * heads_per_mask_head;
+  __device__ __forceinline__ static Sm90Work at(const FwdParams& p, const Sm90Units& units, int64_t unit,
+                                                int64_t block_m) {
     const uint32_t u = static_cast<uint32_t>(unit);
-    const uint32_t q_tiles = static_cast<uint32_t>(plan.num_q_tiles);
-    const uint32_t group = static_cast<uint32_t>(p.q_heads / p.kv_heads);
     Sm90Work w;
-    w.item = plan.items[u / copies];
-    const uint32_t copy = u % copies, row = static_cast<uint32_t>(w.item.row);
+    w.item = p.plan.items[u / units.copies];
+    const uint32_t copy = u % units.copies, row = static_cast<uint32_t>(w.item.row);
     w.copy = copy;
-    w.b = copy / heads_per_mask_head;
-    const uint32_t h = row / q_tiles * heads_per_mask_head + copy % heads_per_mask_head;
+    w.b = copy / units.heads_per_mask_head;
+    const uint32_t h = row / units.q_tiles * units.heads_per_mask_head + copy % units.heads_per_mask_head;
     w.h = h;
-    w.kv_head = h / group;
-    w.q0 = static_cast<int64_t>(row % q_tiles) * block_m;
+    w.kv_head = h / units.q_per_kv;
+    w.q0 = static_cast<int64_t>(row % units.q_tiles) * block_m;
     return w;
   }
 };
@@ -129,13 +139,13 @@ __device__ __forceinline__ void tma_load_tile(uint32_t dst, uint32_t panel_bytes
 
 template <typename Tr>
 __device__ __forceinline__ void produce(const FwdParams& p, const Sm90TensorMaps& maps, const Sm90Smem<Tr>& sm,
-                                        int64_t units) {
+                                        const Sm90Units& units) {
   const DeviceTilePlanView& plan = p.plan;
   const int64_t tiles_per_block = plan.blocks.block_k / Tr::kBlockN;
   RingSlot<Tr::kStages> slot;
   uint32_t q_loads = 0;
-  for (int64_t unit = blockIdx.x; unit < units; unit += gridDim.x) {
-    const Sm90Work w = Sm90Work::at(p, unit, Tr::kBlockM);
+  for (int64_t unit = blockIdx.x; unit < units.count; unit += gridDim.x) {
+    const Sm90Work w = Sm90Work::at(p, units, unit, Tr::kBlockM);
     const SequenceSpan seq = sequence_span(p, w.b);
     TileWalk walk = TileWalk::entries(w.item.begin, w.item.end);
     // The consumers skip the same units (consume_unit): nothing is loaded for them.
@@ -189,7 +199,8 @@ struct IssueOrder {
 
 // The wgmma descriptors of one consumer warpgroup, built once: its 64 rows
 // of Q, and K and V of ring stage 0 (a stage is a fixed byte offset further).
-// Every operand address of a tile is then a base plus a compile-time offset.
+// Every operand address of a tile is then the stage's base plus compile-time
+// offsets.
 template <typename Tr>
 struct Sm90Descriptors {
   uint64_t q, k0, v0;
@@ -277,7 +288,8 @@ __device__ __forceinline__ uint64_t tile_keep_bits(const FwdParams& p, const Pat
 // the last P V follows the loop.
 template <typename Tr>
 __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<Tr>& sm, const Sm90Descriptors<Tr>& desc,
-                                             const Sm90Work& w, RingSlot<Tr::kStages>& slot, uint32_t& q_parity,
+                                             const Sm90Work& w, uint32_t copies, RingSlot<Tr::kStages>& slot,
+                                             uint32_t& q_parity,
                                              const IssueOrder& schedule, int warp, int lane) {
   const DeviceTilePlanView& plan = p.plan;
   const int64_t tiles_per_block = plan.blocks.block_k / Tr::kBlockN;
@@ -296,8 +308,8 @@ __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<
     // The current tile (`tile`, its first key, whether it is full) and the
     // next one, whose plan entries are read while the current tile's products
     // run, so that no global-memory latency sits between two issues. What
-    // steers the loop is made warp-uniform (the same in every lane anyway), so
-    // that it branches without divergence bookkeeping.
+    // steers the loop (the same in every lane anyway) is broadcast from lane
+    // 0, which tells the compiler so (warp_uniform).
     int64_t k0 = warp_uniform(tile.key_tile(plan, tiles_per_block)) * Tr::kBlockN;
     bool full = warp_uniform(static_cast<int>(tile.full(plan)));
     TileWalk next = tile;
@@ -369,15 +381,14 @@ __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<
     wgmma_fence_operands(o);
     mbarrier_arrive(sm.v_free(previous.stage));
   }
-  const int64_t copies = p.batch * (p.q_heads / plan.blocks.num_heads);
   if (w.item.slot < 0)
     write_output<Tr>(p, o, m, l, seq, w.h, w.q0, warp, lane);
   else
-    write_partial<Tr>(p, o, m, l, (w.item.slot * copies + w.copy) * Tr::kBlockM, warp, lane);
+    write_partial<Tr>(p, o, m, l, (w.item.slot * static_cast<int64_t>(copies) + w.copy) * Tr::kBlockM, warp, lane);
 }
 
 template <typename Tr>
-__device__ __forceinline__ void consume(const FwdParams& p, const Sm90Smem<Tr>& sm, int64_t units) {
+__device__ __forceinline__ void consume(const FwdParams& p, const Sm90Smem<Tr>& sm, const Sm90Units& units) {
   const int consumer_thread = static_cast<int>(threadIdx.x) - 128;
   const int group = warp_uniform(consumer_thread / 128), warp = consumer_thread / 32, lane = consumer_thread % 32;
   const Sm90Descriptors<Tr> desc(sm, group);
@@ -385,8 +396,9 @@ __device__ __forceinline__ void consume(const FwdParams& p, const Sm90Smem<Tr>& 
   uint32_t q_parity = 0;
   const IssueOrder schedule{group};
   schedule.start();
-  for (int64_t unit = blockIdx.x; unit < units; unit += gridDim.x)
-    consume_unit<Tr>(p, sm, desc, Sm90Work::at(p, unit, Tr::kBlockM), slot, q_parity, schedule, warp, lane);
+  for (int64_t unit = blockIdx.x; unit < units.count; unit += gridDim.x)
+    consume_unit<Tr>(p, sm, desc, Sm90Work::at(p, units, unit, Tr::kBlockM), units.copies, slot, q_parity, schedule,
+                     warp, lane);
 }
 
 template <typename Tr>
@@ -394,7 +406,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     fwd_sm90_kernel(const FwdParams p, const __grid_constant__ Sm90TensorMaps maps) {
   extern __shared__ __align__(1024) unsigned char smem[];
   const Sm90Smem<Tr> sm{(smem_address(smem) + 1023u) & ~1023u};
-  const int64_t units = p.plan.num_items * p.batch * (p.q_heads / p.plan.blocks.num_heads);
+  const Sm90Units units(p);
 
   if (threadIdx.x == 0) {
     mbarrier_init(sm.q_full(), 1);

@@ -20,7 +20,8 @@ namespace spattn::cuda_detail {
 template <typename T, int kHeadDim>
 void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   using Tr = Sm90Traits<T, kHeadDim>;
-  static_assert(Tr::kBlockM == kSm90Tile.rows && Tr::kBlockN == kSm90Tile.cols, "tile plan and kernel tile agree");
+  static_assert(Tr::kBlockM == sm90_tile(kHeadDim).rows && Tr::kBlockN == sm90_tile(kHeadDim).cols,
+                "tile plan and kernel tile agree");
   const DType dtype = std::is_same_v<T, __nv_bfloat16> ? DType::BF16 : DType::F16;
   // A packed varlen batch is one batch of total_q (total_k) rows; its work units address their sequences' rows.
   const bool packed = p.varlen.cu_seqlens_q != nullptr;
@@ -38,8 +39,8 @@ void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
   const int64_t units = p.plan.num_items * p.batch * (p.q_heads / p.plan.blocks.num_heads);
-  require(units <= INT32_MAX && p.plan.num_q_tiles * p.plan.blocks.num_heads <= INT32_MAX,
-          "CUDA backend: ", units, " work units (plan items x batch x heads) exceed the sm90 kernel's 2^31 - 1");
+  require(units <= INT32_MAX, "CUDA sm90 kernel: ", units,
+          " work units (plan items x batch x query heads per mask head) exceed 2^31 - 1");
   const int64_t ctas = std::min<int64_t>(units, sms);
   if (ctas > 0) {
     kernel<<<static_cast<unsigned>(ctas), Tr::kThreads, Tr::kSmemBytes, stream>>>(p, maps);

@@ -1,17 +1,17 @@
 // cuda/fwd_sm90/fwd_sm90_traits.cuh - tile shapes, warp roles and the
 // shared-memory layout of the Hopper forward kernel.
 //
-// A CTA computes a 128-row query tile against 128-key tiles with three
-// warpgroups: warpgroup 0 is the producer (one thread issues the TMA copies;
+// A CTA computes a 128-row query tile against key tiles of 128 keys (64 at
+// head dim 256, sm90_tile in fwd_sm90.hpp) with three warpgroups: warpgroup 0 is the producer (one thread issues the TMA copies;
 // it keeps few registers), warpgroups 1 and 2 are consumers, each owning 64
 // query rows (one wgmma m64 tile; warp w of the pair owns rows 16 w .. 16 w +
 // 15 in the m16n8 accumulator layout, so the shared mask and softmax code of
-// the sm80 kernel applies with kMAtoms = 1, kNAtoms = 16).
+// the sm80 kernel applies with kMAtoms = 1, kNAtoms = kBlockN / 8).
 //
 // Shared memory, every tile in 64-column panels of 128-byte rows with the
 // 128-byte swizzle (what the TMA writes and wgmma reads; ptx_sm90.cuh):
 //   Q            kPanels x (128 rows x 128 B)
-//   K, V stage s kPanels x (128 keys x 128 B) each, kStages stages
+//   K, V stage s kPanels x (kBlockN keys x 128 B) each, kStages stages
 //   mbarriers    Q full / Q free, and per stage K full, V full, K free, V free
 #pragma once
 
@@ -24,7 +24,7 @@ struct Sm90Traits {
   using T = T_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = 128;  // query rows per CTA
-  static constexpr int kBlockN = 128;  // keys per tile
+  static constexpr int kBlockN = kHeadDim_ > 128 ? 64 : 128;  // keys per tile
   static constexpr int kConsumerGroups = 2;
   static constexpr int kConsumerThreads = kConsumerGroups * 128;
   static constexpr int kThreads = 128 + kConsumerThreads;
@@ -33,7 +33,7 @@ struct Sm90Traits {
   static constexpr int kWarpRows = 16;
   static constexpr int kNAtoms = kBlockN / 8;
   static constexpr int kDAtoms = kHeadDim / 8;
-  static constexpr int kStages = kHeadDim <= 64 ? 5 : 3;
+  static constexpr int kStages = kHeadDim <= 64 ? 5 : kHeadDim <= 128 ? 3 : 2;
   // Registers per thread after setmaxnreg: 128 x 24 + 256 x 240 <= 65536.
   static constexpr int kProducerRegisters = 24;
   static constexpr int kConsumerRegisters = 240;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/device_buffer.hpp"
 #include "cuda/select/sample_kernel.cuh"
 #include "cuda/select/select_kernels.cuh"
 #include "select/select_config.hpp"
@@ -23,19 +24,6 @@ namespace sk = select_kernels;
 // Shared memory a score_select_kernel CTA may take before it scores fewer
 // query blocks (two CTAs per SM on sm_90 at this size).
 constexpr size_t kTileSharedBytes = 100 * 1024;
-
-struct CudaFree {
-  void operator()(void* p) const {
-    if (p) cudaFree(p);  // errors at teardown are ignored on purpose
-  }
-};
-using DevicePtr = std::unique_ptr<void, CudaFree>;
-
-DevicePtr device_alloc(size_t bytes, const char* what) {
-  void* p = nullptr;
-  check_cuda(cudaMalloc(&p, std::max<size_t>(bytes, 1)), what);
-  return DevicePtr(p);
-}
 
 int64_t next_pow2(int64_t n) {
   int64_t p = 1;

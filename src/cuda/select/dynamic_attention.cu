@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/device_buffer.hpp"
 #include "cuda/fwd_sm80/fwd_sm80.hpp"
 #include "cuda/fwd_sm90/fwd_sm90.hpp"
 #include "cuda/kernel_choice.hpp"
@@ -24,10 +25,17 @@ constexpr int kItemThreads = 256;
 struct ItemArgs {
   const int32_t* counts = nullptr;  // the selector's row counts, (B, mask_heads * num_q_blocks)
   WorkItem* items = nullptr;        // (B, mask_heads * num_q_tiles), in tile order
-  uint32_t* lengths = nullptr;      // each item's count of kept blocks (the sort keys)
-  int32_t* order = nullptr;         // each item's index in its batch element (the sorted values)
+  uint64_t* keys = nullptr;         // each item's sort key (order_key)
+  int32_t* order = nullptr;         // each item's index (the sorted values)
   int64_t batch = 0, mask_heads = 0, num_q_tiles = 0, num_q_blocks = 0, tiles_per_block = 1, capacity = 0;
+  int count_bits = 1;
 };
+
+// The key that orders a batch's items longest first, batch after batch, in
+// one ascending sort: the batch index above capacity - count.
+__device__ __forceinline__ uint64_t order_key(int64_t b, int32_t count, const ItemArgs& a) {
+  return static_cast<uint64_t>(b) << a.count_bits | static_cast<uint64_t>(a.capacity - count);
+}
 
 // Item n of a batch element covers query tile num_q_tiles - 1 - n / mask_heads
 // of mask head n % mask_heads (the last tiles, the longest causal rows,
@@ -46,23 +54,21 @@ __global__ void __launch_bounds__(kItemThreads) items_kernel(const ItemArgs a) {
   w.row = static_cast<int32_t>(head * a.num_q_tiles + tile);
   w.slot = -1;
   a.items[id] = w;
-  a.lengths[id] = static_cast<uint32_t>(count);
-  a.order[id] = static_cast<int32_t>(n);
+  a.keys[id] = order_key(b, count, a);
+  a.order[id] = static_cast<int32_t>(id);
 }
 
-// items[id] = the item of its batch element that the sort put at id's place.
+// out[id] = the item the sort put at place id.
 __global__ void __launch_bounds__(kItemThreads)
-    gather_items_kernel(const WorkItem* in_tile_order, const int32_t* sorted, WorkItem* out, int64_t per_batch,
-                        int64_t count) {
+    gather_items_kernel(const WorkItem* in_tile_order, const int32_t* sorted, WorkItem* out, int64_t count) {
   const int64_t id = static_cast<int64_t>(blockIdx.x) * kItemThreads + threadIdx.x;
-  if (id >= count) return;
-  out[id] = in_tile_order[id - id % per_batch + sorted[id]];
+  if (id < count) out[id] = in_tile_order[sorted[id]];
 }
 
-// Bits that hold every count up to `capacity` (the radix sort looks at no more).
-int count_bits(int64_t capacity) {
+// Bits that hold every value up to `max_value` (the radix sort looks at no more).
+int bits_for(int64_t max_value) {
   int bits = 1;
-  while ((int64_t{1} << bits) <= capacity) ++bits;
+  while (bits < 63 && (int64_t{1} << bits) <= max_value) ++bits;
   return bits;
 }
 
@@ -72,57 +78,51 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // library's kernel choice (cuda_kernel()), where the device, the build, the
 // head dim and the block sizes allow it. Forcing it where they do not throws.
 bool use_sm90(const SelectConfig& config, int64_t head_dim) {
-  const bool fits = config.block_q % kSm90Tile.rows == 0 && config.block_k % kSm90Tile.cols == 0;
+  const TileShape tile = sm90_tile(head_dim);
+  const bool fits = config.block_q % tile.rows == 0 && config.block_k % tile.cols == 0;
   return choose_sm90("CUDA dynamic attention", head_dim, fits, [&] {
-    fail("CUDA dynamic attention: the sm90 kernel (SPATTN_CUDA_KERNEL=sm90) needs block_q and block_k multiples of ",
-         kSm90Tile.cols, "; got block_q ", config.block_q, ", block_k ", config.block_k);
+    fail("CUDA dynamic attention: the sm90 kernel (SPATTN_CUDA_KERNEL=sm90) needs block_q a multiple of ",
+         tile.rows, " and block_k a multiple of ", tile.cols, " at head_dim ", head_dim, "; got block_q ",
+         config.block_q, ", block_k ", config.block_k);
   });
 }
 
 }  // namespace
 
 // The work items and what ordering them needs: the items in tile order, the
-// sort's keys and values in and out, and the radix sort's scratch, all sized
-// once so that make_items allocates nothing.
+// sort's keys and values in and out, and the radix sort's scratch, all
+// allocated once so that make_items allocates nothing.
 struct DynamicAttention::Items {
-  WorkItem* data = nullptr;        // ordered, what the kernel reads
-  WorkItem* in_tile_order = nullptr;
-  uint32_t* lengths = nullptr;     // 2 x count: keys in, keys out
-  int32_t* order = nullptr;        // 2 x count: values in, values out
-  void* sort_scratch = nullptr;
+  int64_t count = 0;
+  int count_bits = 1, key_bits = 1;
+  DevicePtr data;           // WorkItem[count], ordered: what the kernel reads
+  DevicePtr in_tile_order;  // WorkItem[count]
+  DevicePtr keys;           // uint64_t[2 * count]: in, out
+  DevicePtr order;          // int32_t[2 * count]: in, out
+  DevicePtr sort_scratch;
   size_t sort_scratch_bytes = 0;
-  int64_t per_batch = 0, count = 0;
-  int key_bits = 1;
 
-  Items(int64_t batch, int64_t per_batch_items, int64_t capacity)
-      : per_batch(per_batch_items), count(batch * per_batch_items), key_bits(count_bits(capacity)) {
-    allocate(&data, count, "cudaMalloc(work items)");
-    allocate(&in_tile_order, count, "cudaMalloc(work items in tile order)");
-    allocate(&lengths, 2 * count, "cudaMalloc(work item lengths)");
-    allocate(&order, 2 * count, "cudaMalloc(work item order)");
-    check_cuda(cub::DeviceRadixSort::SortPairsDescending(nullptr, sort_scratch_bytes, lengths, lengths + count,
-                                                          order, order + count, static_cast<int>(per_batch), 0,
-                                                          key_bits),
+  Items(int64_t batch, int64_t per_batch, int64_t capacity)
+      : count(batch * per_batch), count_bits(bits_for(capacity)), key_bits(count_bits + bits_for(batch - 1)),
+        data(device_alloc(sizeof(WorkItem) * count, "cudaMalloc(work items)")),
+        in_tile_order(device_alloc(sizeof(WorkItem) * count, "cudaMalloc(work items in tile order)")),
+        keys(device_alloc(sizeof(uint64_t) * 2 * count, "cudaMalloc(work item keys)")),
+        order(device_alloc(sizeof(int32_t) * 2 * count, "cudaMalloc(work item order)")) {
+    check_cuda(cub::DeviceRadixSort::SortPairs(nullptr, sort_scratch_bytes, key(0), key(count), index(0),
+                                               index(count), static_cast<int>(count), 0, key_bits),
                "cub::DeviceRadixSort (scratch size)");
-    check_cuda(cudaMalloc(&sort_scratch, sort_scratch_bytes), "cudaMalloc(work item sort scratch)");
+    sort_scratch = device_alloc(sort_scratch_bytes, "cudaMalloc(work item sort scratch)");
   }
-  ~Items() {  // errors at teardown are ignored on purpose
-    for (void* p : {static_cast<void*>(data), static_cast<void*>(in_tile_order), static_cast<void*>(lengths),
-                    static_cast<void*>(order), sort_scratch})
-      if (p) cudaFree(p);
-  }
-  Items(const Items&) = delete;
-  Items& operator=(const Items&) = delete;
-
- private:
-  template <typename V>
-  static void allocate(V** p, int64_t n, const char* what) {
-    check_cuda(cudaMalloc(reinterpret_cast<void**>(p), sizeof(V) * static_cast<size_t>(n)), what);
-  }
+  WorkItem* items() const { return static_cast<WorkItem*>(data.get()); }
+  WorkItem* items_in_tile_order() const { return static_cast<WorkItem*>(in_tile_order.get()); }
+  uint64_t* key(int64_t at) const { return static_cast<uint64_t*>(keys.get()) + at; }
+  int32_t* index(int64_t at) const { return static_cast<int32_t*>(order.get()) + at; }
 };
 
 DynamicAttention::DynamicAttention(const SelectConfig& config, const SelectShape& shape)
-    : shape_(shape), sm90_(use_sm90(config, shape.head_dim)), tile_(sm90_ ? kSm90Tile : kSm80Tile) {
+    : shape_(shape),
+      sm90_(use_sm90(config, shape.head_dim)),
+      tile_(sm90_ ? sm90_tile(shape.head_dim) : kSm80Tile) {
   require(config.block_q % tile_.rows == 0, "CUDA dynamic attention: block_q must be a multiple of ", tile_.rows,
           ", got ", config.block_q);
   require(config.block_k % tile_.cols == 0, "CUDA dynamic attention: block_k must be a multiple of ", tile_.cols,
@@ -135,9 +135,10 @@ DynamicAttention::DynamicAttention(const SelectConfig& config, const SelectShape
   predicate_.blocks = BlockMaskView{};  // only the expressions are used
   num_q_tiles_ = ceil_div(shape.q_len, tile_.rows);
   num_k_tiles_ = ceil_div(shape.k_len, tile_.cols);
-  require(selector_->mask_heads() * num_q_tiles_ <= INT32_MAX, "CUDA dynamic attention: ",
-          selector_->mask_heads() * num_q_tiles_, " work items per batch element exceed 2^31 - 1");
-  items_ = std::make_unique<Items>(shape.batch, selector_->mask_heads() * num_q_tiles_, selector_->capacity());
+  const int64_t per_batch = selector_->mask_heads() * num_q_tiles_;
+  require(shape.batch * per_batch <= INT32_MAX, "CUDA dynamic attention: ", shape.batch * per_batch,
+          " work items (batch x mask heads x query tiles) exceed 2^31 - 1");
+  items_ = std::make_unique<Items>(shape.batch, per_batch, selector_->capacity());
 }
 
 DynamicAttention::~DynamicAttention() = default;
@@ -152,32 +153,30 @@ void DynamicAttention::make_items(cudaStream_t stream) {
   Items& it = *items_;
   ItemArgs a;
   a.counts = selector_->counts();
-  a.items = it.in_tile_order;
-  a.lengths = it.lengths;
-  a.order = it.order;
+  a.items = it.items_in_tile_order();
+  a.keys = it.key(0);
+  a.order = it.index(0);
   a.batch = shape_.batch;
   a.mask_heads = selector_->mask_heads();
   a.num_q_tiles = num_q_tiles_;
   a.num_q_blocks = shape_mask_.num_q_blocks();
   a.tiles_per_block = shape_mask_.block_q() / tile_.rows;
   a.capacity = selector_->capacity();
+  a.count_bits = it.count_bits;
   const auto blocks = static_cast<unsigned>(ceil_div(it.count, kItemThreads));
   items_kernel<<<blocks, kItemThreads, 0, stream>>>(a);
   check_launch("items_kernel");
-  // Longest rows first, per batch element (the persistent kernel deals the
-  // items round-robin, so rows of very different length, as a mass threshold
-  // selects, spread evenly); the radix sort is stable, ties keep tile order.
-  for (int64_t b = 0; b < shape_.batch; ++b) {
-    const int64_t first = b * it.per_batch;
-    size_t scratch_bytes = it.sort_scratch_bytes;
-    check_cuda(cub::DeviceRadixSort::SortPairsDescending(
-                   it.sort_scratch, scratch_bytes, it.lengths + first, it.lengths + it.count + first,
-                   it.order + first, it.order + it.count + first, static_cast<int>(it.per_batch), 0, it.key_bits,
-                   stream),
-               "cub::DeviceRadixSort of the work items");
-  }
-  gather_items_kernel<<<blocks, kItemThreads, 0, stream>>>(it.in_tile_order, it.order + it.count, it.data,
-                                                           it.per_batch, it.count);
+  // Longest rows first within each batch element (the persistent kernel
+  // deals the items round-robin, so rows of very different length, as a mass
+  // threshold selects, spread evenly); the radix sort is stable, so equal
+  // rows keep tile order.
+  size_t scratch_bytes = it.sort_scratch_bytes;
+  check_cuda(cub::DeviceRadixSort::SortPairs(it.sort_scratch.get(), scratch_bytes, it.key(0), it.key(it.count),
+                                             it.index(0), it.index(it.count), static_cast<int>(it.count), 0,
+                                             it.key_bits, stream),
+             "cub::DeviceRadixSort of the work items");
+  gather_items_kernel<<<blocks, kItemThreads, 0, stream>>>(it.items_in_tile_order(), it.index(it.count), it.items(),
+                                                           it.count);
   check_launch("gather_items_kernel");
 }
 
@@ -211,7 +210,7 @@ void DynamicAttention::attend(const FwdParams& batch_params, DType dtype, cudaSt
     p.mask.blocks.kv_full = selector_->slot_full() + first_slot;
     p.plan = DeviceTilePlanView{};
     p.plan.blocks = p.mask.blocks;
-    p.plan.items = items_->data + b * items_per_batch;
+    p.plan.items = items_->items() + b * items_per_batch;
     p.plan.num_items = items_per_batch;
     p.plan.num_q_tiles = num_q_tiles_;
     p.plan.num_k_tiles = num_k_tiles_;

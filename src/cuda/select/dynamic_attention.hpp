@@ -2,7 +2,7 @@
 // BlockSelector's arrays handed straight to the fused forward kernel.
 //
 // The forward kernel (sm90 where cuda_attention would choose it and the block
-// sizes are multiples of its 128 x 128 tile, else sm80) walks a mask whose
+// sizes are multiples of its tile, sm90_tile, else sm80) walks a mask whose
 // block sizes are multiples of its tile through its own arrays and reaches a row's entries only through
 // the work items' [begin, end) ranges. So it can read the selector's slot
 // layout directly (fixed `capacity` entries per row, the first `count` used:

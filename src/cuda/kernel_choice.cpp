@@ -1,0 +1,72 @@
+// cuda/kernel_choice.cpp - which fused kernel runs a call (kernel_choice.hpp)
+// and the public choice (spattn/cuda.hpp: cuda_set_kernel, cuda_kernel,
+// cuda_sm90_kernel_available), initialised from SPATTN_CUDA_KERNEL.
+#include "cuda/kernel_choice.hpp"
+
+#include <atomic>
+#include <cstdlib>
+
+#include "cuda/fwd_sm90/fwd_sm90.hpp"
+#include "spattn/cuda.hpp"
+#include "spattn/error.hpp"
+
+namespace spattn {
+namespace {
+
+CudaKernel parse_kernel_variable() {
+  const char* value = std::getenv("SPATTN_CUDA_KERNEL");
+  const std::string v = value ? value : "auto";
+  if (v == "auto" || v.empty()) return CudaKernel::Auto;
+  if (v == "sm80") return CudaKernel::Sm80;
+  if (v == "sm90") return CudaKernel::Sm90;
+  fail("SPATTN_CUDA_KERNEL must be auto, sm80 or sm90, got '", v, "'");
+}
+
+// The current choice; initialised from SPATTN_CUDA_KERNEL on first use (a bad
+// value throws then, and again on every later use until it is overridden).
+std::atomic<int>& kernel_choice() {
+  static std::atomic<int> choice{-1};
+  return choice;
+}
+
+}  // namespace
+
+void cuda_set_kernel(CudaKernel kernel) { kernel_choice().store(static_cast<int>(kernel)); }
+
+CudaKernel cuda_kernel() {
+  int c = kernel_choice().load();
+  if (c < 0) {
+    c = static_cast<int>(parse_kernel_variable());
+    kernel_choice().store(c);
+  }
+  return static_cast<CudaKernel>(c);
+}
+
+bool cuda_sm90_kernel_available() { return cuda_detail::fwd_sm90_available(); }
+
+namespace cuda_detail {
+
+bool choose_sm90(const std::string& caller, int64_t head_dim, bool tile_fits,
+                 const std::function<void()>& explain_misfit) {
+  const CudaKernel choice = cuda_kernel();
+  if (choice == CudaKernel::Sm80) return false;
+  const bool forced = choice == CudaKernel::Sm90;
+  if (!fwd_sm90_available()) {
+    require(!forced, caller, ": the sm90 kernel (SPATTN_CUDA_KERNEL=sm90) needs a device of compute "
+            "capability 9.0 and a build for CUDA architecture 90");
+    return false;
+  }
+  if (!fwd_sm90_supports_head_dim(head_dim)) {
+    require(!forced, caller, ": the sm90 kernel's head_dim must be one of ", fwd_sm90_head_dims(),
+            " in this build, got ", head_dim);
+    return false;
+  }
+  if (forced && !tile_fits) {
+    explain_misfit();
+    fail(caller, ": the mask blocks do not fit the sm90 kernel's tile at head_dim ", head_dim);
+  }
+  return tile_fits;
+}
+
+}  // namespace cuda_detail
+}  // namespace spattn

@@ -287,9 +287,9 @@ __device__ __forceinline__ uint64_t tile_keep_bits(const FwdParams& p, const Pat
 // so the softmax of tile n runs while P(n-1) V(n-1) is on the tensor cores;
 // the last P V follows the loop.
 template <typename Tr>
-__device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<Tr>& sm, const Sm90Descriptors<Tr>& desc,
-                                             const Sm90Work& w, uint32_t copies, RingSlot<Tr::kStages>& slot,
-                                             uint32_t& q_parity,
+__device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<Tr>& sm,
+                                             const Sm90Descriptors<Tr>& desc, const Sm90Work& w, uint32_t copies,
+                                             RingSlot<Tr::kStages>& slot, uint32_t& q_parity,
                                              const IssueOrder& schedule, int warp, int lane) {
   const DeviceTilePlanView& plan = p.plan;
   const int64_t tiles_per_block = plan.blocks.block_k / Tr::kBlockN;

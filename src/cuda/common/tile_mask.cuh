@@ -73,7 +73,7 @@ __device__ __forceinline__ uint64_t partial_keep_bits(const FwdParams& p, const 
     const int a = rr >> 1, half = rr & 1;
     const int row = warp * Tr::kWarpRows + a * 16 + (lane >> 2) + half * 8;
     const int64_t i = q0 + row;
-    if (i >= seq.q_len) continue;
+    if (!seq.has_row(i)) continue;
     uint32_t allowed = 0;
     if (!expr_row_bits<Tr::kNAtoms>(expr, h, i + shift, k0, first_col, allowed)) {
 #pragma unroll 1
@@ -126,7 +126,7 @@ __device__ __forceinline__ uint64_t excluded_bits(const FwdParams& p, const Sequ
   for (int rr = 0; rr < 2 * Tr::kMAtoms; ++rr) {
     const int a = rr >> 1, half = rr & 1;
     const int64_t i = q0 + warp * Tr::kWarpRows + a * 16 + (lane >> 2) + half * 8;
-    if (i >= seq.q_len) continue;
+    if (!seq.has_row(i)) continue;
     int64_t lo = 0, hi = -1, stride = 1, key_residue = 0;
     if (x.kind == Exclusion::Rest) {
       const int64_t pos = i + seq.k_len - seq.q_len;

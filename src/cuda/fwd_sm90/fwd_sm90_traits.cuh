@@ -2,11 +2,12 @@
 // shared-memory layout of the Hopper forward kernel.
 //
 // A CTA computes a 128-row query tile against key tiles of 128 keys (64 at
-// head dim 256, sm90_tile in fwd_sm90.hpp) with three warpgroups: warpgroup 0 is the producer (one thread issues the TMA copies;
-// it keeps few registers), warpgroups 1 and 2 are consumers, each owning 64
-// query rows (one wgmma m64 tile; warp w of the pair owns rows 16 w .. 16 w +
-// 15 in the m16n8 accumulator layout, so the shared mask and softmax code of
-// the sm80 kernel applies with kMAtoms = 1, kNAtoms = kBlockN / 8).
+// head dim 256, sm90_tile in fwd_sm90.hpp) with three warpgroups: warpgroup 0
+// is the producer (one thread issues the TMA copies; it keeps few
+// registers), warpgroups 1 and 2 are consumers, each owning 64 query rows
+// (one wgmma m64 tile; warp w of the pair owns rows 16 w .. 16 w + 15 in the
+// m16n8 accumulator layout, so the shared mask and softmax code of the sm80
+// kernel applies with kMAtoms = 1, kNAtoms = kBlockN / 8).
 //
 // Shared memory, every tile in 64-column panels of 128-byte rows with the
 // 128-byte swizzle (what the TMA writes and wgmma reads; ptx_sm90.cuh):

@@ -129,20 +129,31 @@ TEST_P(GpuVarlen, QueryChunksAfterCachedKeys) {
         c.pattern = pattern;
         c.dtype = c.out_dtype = dtype;
         c.head_dim = head_dim;
-        c.lengths = {100, 1, 17, 0, 1000, 128, 0, 200, 64};
-        c.k_lengths = {300, 1, 530, 5, 1000, 256, 0, 713, 1000};
+        c.lengths = {100, 1, 17, 0, 1000, 128, 0, 200, 64, 1};
+        c.k_lengths = {300, 530, 530, 5, 1000, 256, 0, 713, 1000, 1};
         expect_varlen_matches_reference(c, seed++);
       }
-  VarlenCase blocks;  // mask blocks smaller and larger than the tile, fp32 out, a split row
-  blocks.pattern = Pattern::longformer(64, {0});
-  blocks.lengths = {40, 300, 1};
-  blocks.k_lengths = {4500, 301, 2000};
+  // Mask blocks smaller and larger than the tile, fp32 out, and split rows
+  // under a shift: the global row at position 4300 lies in a chunk of 300
+  // queries over 4500 keys (shift 4200) and is split into several pieces.
+  VarlenCase blocks;
+  blocks.pattern = Pattern::longformer(64, {0, 4300});
+  blocks.lengths = {300, 0, 1, 40};
+  blocks.k_lengths = {4500, 10, 4450, 301};
   blocks.out_dtype = DType::F32;
   for (const auto& [block_q, block_k] : std::vector<std::pair<int64_t, int64_t>>{{32, 64}, {256, 128}, {64, 64}}) {
     blocks.block_q = block_q;
     blocks.block_k = block_k;
+    const BlockMask mask = varlen_mask(blocks.pattern, 4500, block_q, block_k, blocks.q_heads);
+    ASSERT_FALSE(cuda_detail::make_tile_plan(mask, cuda_detail::kSm80Tile).split_rows.empty());
     expect_varlen_matches_reference(blocks, seed++);
   }
+  VarlenCase wide;  // head dim 256 (the sm90 kernel's 128 x 64 tile)
+  wide.head_dim = 256;
+  wide.pattern = Pattern::sliding_window(300, 0);
+  wide.lengths = {100, 1, 600};
+  wide.k_lengths = {333, 900, 600};
+  expect_varlen_matches_reference(wide, seed++);
 }
 
 TEST_P(GpuVarlen, MaskBlocksOtherThanTheTile) {

@@ -117,8 +117,8 @@ TEST(Varlen, CpuBackendEqualsEachSequenceAlone) {
 // Chunks of queries after cached keys (Lq(b) < Lk(b), bottom-right aligned),
 // with equal, empty and one-query sequences among them.
 TEST(Varlen, QueryChunksAfterCachedKeysEqualEachSequenceAlone) {
-  const std::vector<int64_t> q_lengths = {17, 1, 0, 64, 5, 0, 130, 33};
-  const std::vector<int64_t> k_lengths = {40, 1, 9, 200, 64, 0, 130, 97};
+  const std::vector<int64_t> q_lengths = {17, 1, 0, 64, 5, 0, 130, 33, 1};
+  const std::vector<int64_t> k_lengths = {40, 1, 9, 200, 64, 0, 130, 97, 150};
   for (const NamedPattern& np : stable_patterns()) {
     check_against_sequences(Backend::Reference, DType::F32, np, q_lengths, 32, 64, k_lengths);
     check_against_sequences(Backend::Cpu, DType::F32, np, q_lengths, 64, 64, k_lengths);

@@ -89,7 +89,7 @@ def test_each_sequence_as_if_alone(name, dtype, rng):
 @pytest.mark.parametrize("name", STABLE)
 def test_query_chunks_after_cached_keys(name, dtype, rng):
     Hq, Hkv, D, block = 4, 2, 16, (16, 32)
-    q_lengths, k_lengths = [17, 1, 0, 30, 32, 0, 1], [40, 1, 9, 90, 32, 0, 61]
+    q_lengths, k_lengths = [17, 1, 0, 30, 32, 0, 1], [40, 1, 9, 90, 32, 0, 61]  # the last: one query (decoding)
     q, k, v, cu_q, cu_k = packed_chunks(rng, q_lengths, k_lengths, Hq, Hkv, D, dtype)
     mask, _ = case(name, 90, 90, block, Hq)
     out, lse = spattn.attention_varlen(q, k, v, cu_q, cu_k, 32, 90, mask, return_lse=True)

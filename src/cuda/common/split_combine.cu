@@ -34,7 +34,7 @@ __global__ void __launch_bounds__(kCombineThreads) split_combine_kernel(const Fw
   const float neg_inf = -__builtin_huge_valf();
 
   const SequenceSpan seq = sequence_span(p, b);
-  const int64_t q0 = split.row % plan.num_q_tiles * tile_rows - seq.row_shift;  // query row of the tile's first row
+  const int64_t q0 = split.row % plan.num_q_tiles * tile_rows - seq.mask_row_offset;  // query row of the tile's first row
   for (int64_t r = warp; r < tile_rows; r += kCombineThreads / 32) {
     if (!seq.has_row(q0 + r)) continue;
     auto slot_row = [&](int32_t n) { return ((split.first_slot + n) * copies + copy) * tile_rows + r; };

@@ -65,6 +65,8 @@ __device__ __forceinline__ uint64_t partial_keep_bits(const FwdParams& p, const 
   const bool has_sub = plan.sub_present != nullptr;
   const uint64_t present = has_sub ? plan.sub_present[walk.at] : ~uint64_t{0};
   const uint64_t full = has_sub ? plan.sub_full[walk.at] : 0;
+  // Query row i sits at position i + shift (for a varlen sequence that is its
+  // mask row; a regular batch's mask rows are its query rows).
   const int64_t shift = seq.k_len - seq.q_len, keys_left = seq.k_len - k0;
   const int first_col = (lane & 3) * 2;
   uint64_t keep = 0;

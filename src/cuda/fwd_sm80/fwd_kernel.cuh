@@ -86,14 +86,16 @@ __device__ __forceinline__ void load_tile(uint32_t smem, const typename Tr::T* s
   const int row = static_cast<int>(threadIdx.x) / kChunksPerRow;
   if (chunk >= Tr::kRowChunks) return;  // padding columns of head dims 32 and 96
   const int64_t first = row0 + row;  // rows outside [0, len) are zero-filled
-  const typename Tr::T* from = src + first * row_stride + chunk * 8;
+  // An element offset, made a pointer only for rows that exist (a row before
+  // the slice would point before it).
+  int64_t at = first * row_stride + chunk * 8;
   const uint32_t to = tile_address<Tr>(smem, row, chunk);
 #pragma unroll
   for (int n = 0; n < kRows / kRowsPerPass; ++n) {
     const int64_t r = first + n * kRowsPerPass;
     const bool valid = r >= 0 && r < len;
-    cp_async_16(to + n * kRowsPerPass * Tr::kSmemStride * sizeof(typename Tr::T), valid ? from : src, valid);
-    from += kRowsPerPass * row_stride;
+    cp_async_16(to + n * kRowsPerPass * Tr::kSmemStride * sizeof(typename Tr::T), valid ? src + at : src, valid);
+    at += kRowsPerPass * row_stride;
   }
 }
 
@@ -180,7 +182,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm) fwd_sm80_ke
   // its walk stops at the first key tile past its keys (entries ascend). The
   // span is read again for the output so that fewer registers stay live.
   const SequenceSpan seq = sequence_span(p, b);
-  const int64_t q0 = q_tile * Tr::kBlockM - seq.row_shift;  // query row of the tile's first row
+  const int64_t q0 = q_tile * Tr::kBlockM - seq.mask_row_offset;  // query row of the tile's first row
   if (!seq.tile_has_rows(q0, Tr::kBlockM)) return;
 
   const T* q = static_cast<const T*>(p.q.data) + p.q.row_offset(seq.batch, h, seq.q_first);

@@ -77,7 +77,7 @@ struct Sm90Units {
 struct Sm90Work {
   WorkItem item;
   int64_t copy = 0, b = 0, h = 0, kv_head = 0;
-  int64_t row0 = 0;  // the tile's first mask row (its first query row: row0 - SequenceSpan::row_shift)
+  int64_t row0 = 0;  // the tile's first mask row (its first query row: row0 - SequenceSpan::mask_row_offset)
 
   __device__ __forceinline__ static Sm90Work at(const FwdParams& p, const Sm90Units& units, int64_t unit,
                                                 int64_t block_m) {
@@ -150,7 +150,7 @@ __device__ __forceinline__ void produce(const FwdParams& p, const Sm90TensorMaps
   for (int64_t unit = blockIdx.x; unit < units.count; unit += gridDim.x) {
     const Sm90Work w = Sm90Work::at(p, units, unit, Tr::kBlockM);
     const SequenceSpan seq = sequence_span(p, w.b);
-    const int64_t q0 = w.row0 - seq.row_shift;
+    const int64_t q0 = w.row0 - seq.mask_row_offset;
     TileWalk walk = TileWalk::entries(w.item.begin, w.item.end);
     // The consumers skip the same units (consume_unit): nothing is loaded for them.
     if (!seq.tile_has_rows(q0, Tr::kBlockM) || !walk.valid(plan, tiles_per_block, Tr::kBlockN, seq.k_len)) continue;
@@ -299,7 +299,7 @@ __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<
   const int64_t tiles_per_block = plan.blocks.block_k / Tr::kBlockN;
   const PatternExpr& expr = p.mask.exprs != nullptr ? *p.mask.expr_for_head(w.h, p.q_heads) : kNoPatternExpr;
   const SequenceSpan seq = sequence_span(p, w.b);
-  const int64_t q0 = w.row0 - seq.row_shift;
+  const int64_t q0 = w.row0 - seq.mask_row_offset;
   if (!seq.tile_has_rows(q0, Tr::kBlockM)) return;  // no query row of its varlen sequence (produce skips it too)
   float o[1][Tr::kDAtoms][4];
   float m[1][2] = {{kNegInf, kNegInf}}, l[1][2] = {{0.0f, 0.0f}};

@@ -55,8 +55,8 @@ void check_cu_seqlens(const VarlenBatch& batch, int64_t total_q, int64_t total_k
   for (int64_t b = 0; b < batch.num_seqs; ++b) {
     const int64_t lq = batch.cu_seqlens_q[b + 1] - batch.cu_seqlens_q[b];
     const int64_t lk = batch.cu_seqlens_k[b + 1] - batch.cu_seqlens_k[b];
-    require(lq == lk, "varlen: sequence ", b, " has ", lq, " queries but ", lk,
-            " keys; each sequence needs Lq == Lk");
+    require(lq <= lk, "varlen: sequence ", b, " has ", lq, " queries but ", lk,
+            " keys; each sequence needs Lq <= Lk (its queries are its last Lq positions)");
   }
 }
 
@@ -77,17 +77,18 @@ void attention_varlen(const TensorView& q, const TensorView& k, const TensorView
   check_cu_seqlens(batch, q.seq_len(), k.seq_len());
   for (int64_t b = 0; b < batch.num_seqs; ++b) {
     const int64_t q_first = batch.cu_seqlens_q[b], k_first = batch.cu_seqlens_k[b];
-    const int64_t len = batch.cu_seqlens_q[b + 1] - q_first;
-    if (len == 0) continue;
+    const int64_t lq = batch.cu_seqlens_q[b + 1] - q_first, lk = batch.cu_seqlens_k[b + 1] - k_first;
+    if (lq == 0) continue;
     MaskShape shape;
-    shape.q_len = shape.k_len = len;
+    shape.q_len = lq;
+    shape.k_len = lk;
     shape.block_q = mask.block_q();
     shape.block_k = mask.block_k();
     shape.num_heads = q.heads();
     const BlockMask own = BlockMask::build(*mask.pattern(), shape);
-    const TensorView qs = seq_slice(q, q_first, len), ks = seq_slice(k, k_first, len),
-                     vs = seq_slice(v, k_first, len), outs = seq_slice(out, q_first, len);
-    const TensorView lses = lse ? seq_slice(*lse, q_first, len) : TensorView{};
+    const TensorView qs = seq_slice(q, q_first, lq), ks = seq_slice(k, k_first, lk),
+                     vs = seq_slice(v, k_first, lk), outs = seq_slice(out, q_first, lq);
+    const TensorView lses = lse ? seq_slice(*lse, q_first, lq) : TensorView{};
     const TensorView* lse_b = lse ? &lses : nullptr;
     if (backend == Backend::Reference)
       reference_attention(qs, ks, vs, outs, own, scale, lse_b);

@@ -56,14 +56,17 @@ double resolve_scale(const AttentionOptions& options, int64_t head_dim);
 // key rows [cu_seqlens_k[b], cu_seqlens_k[b + 1]) of k and v. A (total, H, D)
 // buffer is make_blhd(data, dtype, 1, total, H, D); lse is (1, Hq, total_q)
 // (FlashAttention's (Hq, total_q)). Each sequence attends only to itself, with
-// the mask's pattern applied to its own lengths. Sequences may be empty.
+// the mask's pattern applied to its own lengths, bottom-right aligned as in
+// attention(): with Lq(b) < Lk(b) (a chunk of queries after cached keys) its
+// query i sits at position i + Lk(b) - Lq(b). Sequences may be empty.
 //
-// The mask is built once for the longest sequence (varlen_mask) and clipped
-// per sequence, which is exact because its pattern is prefix stable
-// (Pattern::is_prefix_stable) and every sequence has Lq(b) == Lk(b).
+// The mask is built once for the longest key sequence (varlen_mask), one row
+// per position, and each sequence reads the rows of its queries' positions,
+// which is exact because its pattern is prefix stable
+// (Pattern::is_prefix_stable) and Lq(b) <= Lk(b).
 // The host backends read cu_seqlens (host memory) and check them: they start
 // at 0, never decrease, end at the tensors' row counts, give lengths of at most
-// max_seqlen_q / max_seqlen_k, and Lq(b) == Lk(b). The CUDA backend reads them
+// max_seqlen_q / max_seqlen_k, and Lq(b) <= Lk(b). The CUDA backend reads them
 // on the device without a host synchronisation and checks only what the host
 // sees; that they satisfy the above is the caller's contract (as for
 // FlashAttention). Longformer global tokens must lie inside every non-empty
@@ -75,8 +78,9 @@ struct VarlenBatch {
   int64_t max_seqlen_q = 0, max_seqlen_k = 0;  // bounds of the lengths; at most the mask's
 };
 
-// The mask of `pattern` for varlen batches of sequences up to max_seqlen long
-// (a max_seqlen x max_seqlen plan). Throws unless the pattern is prefix stable.
+// The mask of `pattern` for varlen batches of sequences of up to max_seqlen
+// keys (a max_seqlen x max_seqlen plan, one row per position; pass
+// max_seqlen_k). Throws unless the pattern is prefix stable.
 BlockMask varlen_mask(const Pattern& pattern, int64_t max_seqlen, int64_t block_q = 128,
                       int64_t block_k = 128, int64_t num_heads = 1);
 

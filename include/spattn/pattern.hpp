@@ -71,7 +71,9 @@ class Pattern {
   void check_lengths(int64_t q_len, int64_t k_len) const;
   // True when, for equal query and key lengths, the pattern on a sequence of
   // length L is the top-left L x L corner of the pattern on any longer one:
-  // no term reads the lengths. BigBird (its block count decides the last
+  // no term reads the lengths, and every term reads a query only through its
+  // position (so Lq < Lk queries, bottom-right aligned, are the last Lq rows
+  // of that corner). BigBird (its block count decides the last
   // global blocks and sizes the random table) and custom masks (tables for one
   // block grid) are not. Variable-length batches need it (attention.hpp).
   bool is_prefix_stable() const;

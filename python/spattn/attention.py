@@ -144,16 +144,18 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     q (total_q, Hq, D), k and v (total_k, Hkv, D): sequence b owns rows
     ``cu_seqlens_q[b]:cu_seqlens_q[b+1]`` of q and ``cu_seqlens_k[b]:cu_seqlens_k[b+1]``
     of k and v, and attends only to itself; ``cu_seqlens_*`` are int32
-    (batch + 1) prefix sums on the device of q, every sequence has as many
-    queries as keys, and ``max_seqlen_*`` bound the lengths. ``mask`` is built
-    once for the longest sequence, e.g. ``spattn.patterns.causal(max_seqlen)``,
+    (batch + 1) prefix sums on the device of q, no sequence has more queries
+    than keys (with fewer, its queries are its last positions, bottom-right
+    aligned as in ``attention``: a chunk after cached keys), and
+    ``max_seqlen_*`` bound the lengths. ``mask`` is built once for the longest
+    key sequence, e.g. ``spattn.patterns.causal(max_seqlen_k)``,
     from a pattern whose mask for a shorter sequence is the corner of the long
     one (every pattern except bigbird and custom); each sequence gets the
     pattern at its own length. None means dense. Returns ``out`` (total_q,
     Hq, D), or ``(out, lse)`` with lse (Hq, total_q) float32.
 
     CPU tensors: cu_seqlens are checked (start at 0, never decrease, end at
-    total, lengths <= max_seqlen, Lq == Lk per sequence). CUDA tensors: the
+    total, lengths <= max_seqlen, Lq <= Lk per sequence). CUDA tensors: the
     kernel reads them on the device without a synchronisation, so their
     validity is the caller's contract, as in FlashAttention.
     """

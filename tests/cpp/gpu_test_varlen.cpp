@@ -2,9 +2,10 @@
 // packed batches of variable-length sequences against the fp64 reference run
 // one sequence at a time (attention_varlen on the host, itself checked against
 // the dense oracle in test_varlen.cpp): both dtypes, head dims 64 and 128,
-// GQA, empty, one-token and ragged sequences, mask blocks other than the
-// kernel tile, split rows, a head-dependent dilated pattern (run without the
-// permutation), outputs poisoned with NaN before every run. Skips without a
+// GQA, empty, one-token and ragged sequences, chunks of queries after cached
+// keys (Lq(b) < Lk(b)), mask blocks other than the kernel tile, split rows, a
+// head-dependent dilated pattern (run without the permutation), outputs
+// poisoned with NaN before every run. Skips without a
 // device; the sm90 cases skip without an sm90 kernel.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -27,10 +28,15 @@ struct VarlenCase {
   DType out_dtype = DType::BF16;
   int64_t head_dim = 64, q_heads = 4, kv_heads = 2, block_q = 128, block_k = 128;
   std::vector<int64_t> lengths = {300, 1, 17, 0, 1000, 128, 0, 513, 64};
+  std::vector<int64_t> k_lengths;  // empty: as many keys as queries
 
   std::string describe() const {
     std::string lens;
     for (int64_t len : lengths) lens += std::to_string(len) + " ";
+    if (!k_lengths.empty()) {
+      lens += "keys ";
+      for (int64_t len : k_lengths) lens += std::to_string(len) + " ";
+    }
     return std::string(dtype_name(dtype)) + " D" + std::to_string(head_dim) + " Hq" + std::to_string(q_heads) +
            " Hkv" + std::to_string(kv_heads) + " blocks " + std::to_string(block_q) + "x" + std::to_string(block_k) +
            (out_dtype == DType::F32 ? " out fp32" : "") + " lengths " + lens + pattern.describe();
@@ -56,14 +62,15 @@ class DeviceOffsets {
 void expect_varlen_matches_reference(const VarlenCase& c, uint64_t seed) {
   SCOPED_TRACE(c.describe());
   std::mt19937_64 rng(seed);
-  const PackedProblem pp(c.dtype, c.lengths, c.q_heads, c.kv_heads, c.head_dim, rng);
+  const PackedProblem pp(c.dtype, c.lengths, c.k_lengths.empty() ? c.lengths : c.k_lengths, c.q_heads, c.kv_heads,
+                         c.head_dim, rng);
   const BlockMask mask = varlen_mask(c.pattern, pp.max_len, c.block_q, c.block_k, c.q_heads);
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
 
   HostTensor out(c.out_dtype, 1, c.q_heads, pp.total, c.head_dim, Layout::BLHD);
   HostTensor lse(DType::F32, 1, c.q_heads, pp.total, 1);
   DeviceTensor dq(pp.q), dk(pp.k), dv(pp.v), dout(out), dlse(lse);
-  DeviceOffsets cu_q(pp.cu_seqlens), cu_k(pp.cu_seqlens);
+  DeviceOffsets cu_q(pp.cu_seqlens), cu_k(pp.cu_seqlens_k);
   dout.poison();
   dlse.poison();
   cuda_attention_varlen(dq.view(), dk.view(), dv.view(), dout.view(), pp.batch(cu_q.get(), cu_k.get()), mask, scale,
@@ -76,7 +83,7 @@ void expect_varlen_matches_reference(const VarlenCase& c, uint64_t seed) {
   HostTensor ref_lse(DType::F32, 1, c.q_heads, pp.total, 1);  // attention_varlen writes fp32 LSEs
   AttentionOptions options;
   options.backend = Backend::Reference;
-  attention_varlen(pp.q.view, pp.k.view, pp.v.view, ref.view, pp.batch(pp.cu_seqlens.data(), pp.cu_seqlens.data()),
+  attention_varlen(pp.q.view, pp.k.view, pp.v.view, ref.view, pp.batch(pp.cu_seqlens.data(), pp.cu_seqlens_k.data()),
                    mask, options, &ref_lse.view);
   EXPECT_LT(relative_error(out.to_double(), ref.to_double()), out_tolerance(c.dtype));
   EXPECT_LT(max_lse_error(lse.to_double(), ref_lse.to_double()), kLseTolerance);
@@ -107,6 +114,46 @@ TEST_P(GpuVarlen, MatchesEachSequenceAlone) {
         c.head_dim = head_dim;
         expect_varlen_matches_reference(c, seed++);
       }
+}
+
+// Chunks of queries after cached keys: query i of sequence b at position
+// i + Lk(b) - Lq(b), so tiles of mask rows start before a sequence's first
+// query (shifts that are and are not multiples of the tile), and a chunk of
+// one query (decoding).
+TEST_P(GpuVarlen, QueryChunksAfterCachedKeys) {
+  uint64_t seed = 150;
+  for (DType dtype : {DType::BF16, DType::F16})
+    for (int64_t head_dim : {64, 128})
+      for (const Pattern& pattern : varlen_patterns()) {
+        VarlenCase c;
+        c.pattern = pattern;
+        c.dtype = c.out_dtype = dtype;
+        c.head_dim = head_dim;
+        c.lengths = {100, 1, 17, 0, 1000, 128, 0, 200, 64, 1};
+        c.k_lengths = {300, 530, 530, 5, 1000, 256, 0, 713, 1000, 1};
+        expect_varlen_matches_reference(c, seed++);
+      }
+  // Mask blocks smaller and larger than the tile, fp32 out, and split rows
+  // under a shift: the global row at position 4300 lies in a chunk of 300
+  // queries over 4500 keys (shift 4200) and is split into several pieces.
+  VarlenCase blocks;
+  blocks.pattern = Pattern::longformer(64, {0, 4300});
+  blocks.lengths = {300, 0, 1, 40};
+  blocks.k_lengths = {4500, 10, 4450, 301};
+  blocks.out_dtype = DType::F32;
+  for (const auto& [block_q, block_k] : std::vector<std::pair<int64_t, int64_t>>{{32, 64}, {256, 128}, {64, 64}}) {
+    blocks.block_q = block_q;
+    blocks.block_k = block_k;
+    const BlockMask mask = varlen_mask(blocks.pattern, 4500, block_q, block_k, blocks.q_heads);
+    ASSERT_FALSE(cuda_detail::make_tile_plan(mask, cuda_detail::kSm80Tile).split_rows.empty());
+    expect_varlen_matches_reference(blocks, seed++);
+  }
+  VarlenCase wide;  // head dim 256 (the sm90 kernel's 128 x 64 tile)
+  wide.head_dim = 256;
+  wide.pattern = Pattern::sliding_window(300, 0);
+  wide.lengths = {100, 1, 600};
+  wide.k_lengths = {333, 900, 600};
+  expect_varlen_matches_reference(wide, seed++);
 }
 
 TEST_P(GpuVarlen, MaskBlocksOtherThanTheTile) {
@@ -198,6 +245,10 @@ TEST(GpuSanitizerSmall, Varlen) {
     c.q_heads = c.kv_heads = 1;
     c.block_q = c.block_k = 64;
     expect_varlen_matches_reference(c, 601);
+    c.pattern = Pattern::causal();
+    c.lengths = {30, 1, 0};  // query chunks after cached keys
+    c.k_lengths = {200, 77, 3};
+    expect_varlen_matches_reference(c, 602);
   }
 }
 

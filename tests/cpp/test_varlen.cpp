@@ -43,12 +43,14 @@ std::vector<double> values_of(const TensorView& t) {
   return out;
 }
 
+// `k_lengths` empty: every sequence has as many keys as queries.
 void check_against_sequences(Backend backend, DType dtype, const NamedPattern& np,
-                             const std::vector<int64_t>& lengths, int64_t block_q, int64_t block_k) {
+                             const std::vector<int64_t>& lengths, int64_t block_q, int64_t block_k,
+                             const std::vector<int64_t>& k_lengths = {}) {
   SCOPED_TRACE(np.name + " on " + backend_name(backend) + ", " + dtype_name(dtype));
   std::mt19937_64 rng(1234);
   const int64_t Hq = 4, Hkv = 2, D = 16;
-  PackedProblem pp(dtype, lengths, Hq, Hkv, D, rng);
+  PackedProblem pp(dtype, lengths, k_lengths.empty() ? lengths : k_lengths, Hq, Hkv, D, rng);
   HostTensor out(DType::F32, 1, Hq, pp.total, D, Layout::BLHD);
   HostTensor lse(DType::F32, 1, Hq, pp.total, 1);
   out.poison();
@@ -56,8 +58,8 @@ void check_against_sequences(Backend backend, DType dtype, const NamedPattern& n
   const BlockMask mask = varlen_mask(np.pattern, pp.max_len, block_q, block_k, Hq);
   AttentionOptions options;
   options.backend = backend;
-  attention_varlen(pp.q.view, pp.k.view, pp.v.view, out.view, pp.batch(pp.cu_seqlens.data(), pp.cu_seqlens.data()),
-                   mask, options, &lse.view);
+  attention_varlen(pp.q.view, pp.k.view, pp.v.view, out.view,
+                   pp.batch(pp.cu_seqlens.data(), pp.cu_seqlens_k.data()), mask, options, &lse.view);
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   const DenseResult want = expected_varlen(pp, np.pattern, scale);
   // The reference differs from the oracle only by the fp32 rounding of out and lse.
@@ -109,6 +111,18 @@ TEST(Varlen, CpuBackendEqualsEachSequenceAlone) {
   for (const NamedPattern& np : stable_patterns()) {
     check_against_sequences(Backend::Cpu, DType::F32, np, lengths, 64, 64);
     check_against_sequences(Backend::Cpu, DType::BF16, np, lengths, 16, 128);
+  }
+}
+
+// Chunks of queries after cached keys (Lq(b) < Lk(b), bottom-right aligned),
+// with equal, empty and one-query sequences among them.
+TEST(Varlen, QueryChunksAfterCachedKeysEqualEachSequenceAlone) {
+  const std::vector<int64_t> q_lengths = {17, 1, 0, 64, 5, 0, 130, 33, 1};
+  const std::vector<int64_t> k_lengths = {40, 1, 9, 200, 64, 0, 130, 97, 150};
+  for (const NamedPattern& np : stable_patterns()) {
+    check_against_sequences(Backend::Reference, DType::F32, np, q_lengths, 32, 64, k_lengths);
+    check_against_sequences(Backend::Cpu, DType::F32, np, q_lengths, 64, 64, k_lengths);
+    check_against_sequences(Backend::Cpu, DType::BF16, np, q_lengths, 16, 128, k_lengths);
   }
 }
 

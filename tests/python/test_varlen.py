@@ -3,8 +3,9 @@
 The expected result runs the float64 reference on every sequence separately,
 with the pattern's mask at that sequence's own length (spec.py), so the
 packed mask built for the longest sequence is checked from outside. Empty,
-one-token and ragged sequences, GQA, every prefix-stable pattern, float64
-through the exact reference and float32 through the fast CPU kernel, the
+one-token and ragged sequences, chunks of queries after cached keys (fewer
+queries than keys, bottom-right aligned), GQA, every prefix-stable pattern,
+float64 through the exact reference and float32 through the fast CPU kernel, the
 fake kernel under torch.compile, bad arguments; CUDA (marker gpu) in both
 half types and head dims 64 and 128, and inside a CUDA graph.
 """
@@ -24,29 +25,39 @@ STABLE = ["dense", "causal", "block_diagonal", "sliding_window", "sliding_window
 LENGTHS = [17, 1, 0, 90, 32, 0, 61]
 
 
+def offsets(lengths, device):
+    return torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32, device=device)
+
+
+def packed_chunks(rng, q_lengths, k_lengths, Hq, Hkv, D, dtype=torch.float64, device="cpu"):
+    """q, k, v, cu_seqlens_q, cu_seqlens_k of sequences with their own query and key counts."""
+    q = randn(rng, sum(q_lengths), Hq, D, dtype=dtype, device=device)
+    k = randn(rng, sum(k_lengths), Hkv, D, dtype=dtype, device=device)
+    v = randn(rng, sum(k_lengths), Hkv, D, dtype=dtype, device=device)
+    return q, k, v, offsets(q_lengths, device), offsets(k_lengths, device)
+
+
 def packed(rng, lengths, Hq, Hkv, D, dtype=torch.float64, device="cpu"):
-    total = sum(lengths)
-    q = randn(rng, total, Hq, D, dtype=dtype, device=device)
-    k = randn(rng, total, Hkv, D, dtype=dtype, device=device)
-    v = randn(rng, total, Hkv, D, dtype=dtype, device=device)
-    cu = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32, device=device)
-    return q, k, v, cu
+    """q, k, v and the shared cu_seqlens of sequences with as many queries as keys."""
+    return packed_chunks(rng, lengths, lengths, Hq, Hkv, D, dtype, device)[:4]
 
 
-def expected(name, q, k, v, lengths, block):
-    """float64 (out (total, Hq, D), lse (Hq, total)), one sequence at a time."""
+def expected(name, q, k, v, lengths, block, k_lengths=None):
+    """float64 (out (total_q, Hq, D), lse (Hq, total_q)), one sequence at a time."""
     total, Hq, D = q.shape
     out = torch.zeros(total, Hq, D, dtype=torch.float64)
     lse = torch.full((Hq, total), float("-inf"), dtype=torch.float64)
-    start = 0
-    for length in lengths:
+    q_start = k_start = 0
+    for length, k_length in zip(lengths, k_lengths or lengths):
         if length:
-            rows = slice(start, start + length)
-            _, allowed = case(name, length, length, block, Hq)
-            o, l = reference_attention(*(t[rows].cpu().double().transpose(0, 1)[None] for t in (q, k, v)), allowed)
+            rows, keys = slice(q_start, q_start + length), slice(k_start, k_start + k_length)
+            _, allowed = case(name, length, k_length, block, Hq)
+            o, l = reference_attention(*(t.cpu().double().transpose(0, 1)[None]
+                                         for t in (q[rows], k[keys], v[keys])), allowed)
             out[rows] = o[0].transpose(0, 1)
             lse[:, rows] = l[0]
-        start += length
+        q_start += length
+        k_start += k_length
     return out, lse
 
 
@@ -71,6 +82,19 @@ def test_each_sequence_as_if_alone(name, dtype, rng):
     assert out.shape == q.shape and out.dtype == dtype and lse.shape == (Hq, q.shape[0])
     ref_out, ref_lse = expected(name, q, k, v, LENGTHS, block)
     # lse is float32 for every input dtype.
+    check(out, lse, ref_out, ref_lse, 1e-10 if dtype == torch.float64 else 1e-5, 1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64-reference", "f32-cpu"])
+@pytest.mark.parametrize("name", STABLE)
+def test_query_chunks_after_cached_keys(name, dtype, rng):
+    Hq, Hkv, D, block = 4, 2, 16, (16, 32)
+    q_lengths, k_lengths = [17, 1, 0, 30, 32, 0, 1], [40, 1, 9, 90, 32, 0, 61]  # the last: one query (decoding)
+    q, k, v, cu_q, cu_k = packed_chunks(rng, q_lengths, k_lengths, Hq, Hkv, D, dtype)
+    mask, _ = case(name, 90, 90, block, Hq)
+    out, lse = spattn.attention_varlen(q, k, v, cu_q, cu_k, 32, 90, mask, return_lse=True)
+    assert out.shape == q.shape and lse.shape == (Hq, q.shape[0])
+    ref_out, ref_lse = expected(name, q, k, v, q_lengths, block, k_lengths)
     check(out, lse, ref_out, ref_lse, 1e-10 if dtype == torch.float64 else 1e-5, 1e-5)
 
 
@@ -143,6 +167,17 @@ def test_cuda_each_sequence_as_if_alone(name, dtype, head_dim, rng):
     assert out.is_cuda and out.dtype == dtype
     ref_out, ref_lse = expected(name, q, k, v, lengths, block)
     check(out, lse, ref_out, ref_lse, 1e-2 if dtype == torch.bfloat16 else 3e-3, 1e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["causal", "sliding_window", "streaming", "dilated"])
+def test_cuda_query_chunks_after_cached_keys(name, rng):
+    q_lengths, k_lengths, Hq, Hkv, block = [100, 1, 0, 17, 129, 500], [300, 1, 5, 530, 129, 700], 4, 2, 64
+    q, k, v, cu_q, cu_k = packed_chunks(rng, q_lengths, k_lengths, Hq, Hkv, 128, torch.bfloat16, "cuda")
+    mask, _ = case(name, 700, 700, block, Hq)
+    out, lse = spattn.attention_varlen(q, k, v, cu_q, cu_k, 500, 700, mask.to("cuda"), return_lse=True)
+    ref_out, ref_lse = expected(name, q, k, v, q_lengths, block, k_lengths)
+    check(out, lse, ref_out, ref_lse, 1e-2, 1e-2)
 
 
 @pytest.mark.gpu

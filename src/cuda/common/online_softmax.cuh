@@ -125,7 +125,7 @@ __device__ __forceinline__ void write_output(const FwdParams& p, const float (&o
   using T = typename Tr::T;
   finish_rows<Tr>(m, l, [&](int a, int half, float inv, float lse) {
     const int64_t row = q0 + warp * Tr::kWarpRows + a * 16 + (lane >> 2) + half * 8;
-    if (row >= seq.q_len) return;
+    if (!seq.has_row(row)) return;
     const int64_t base = p.out.row_offset(seq.batch, h, seq.q_first + row) + (lane & 3) * 2;
 #pragma unroll
     for (int d = 0; d < Tr::kDAtoms; ++d) {

@@ -30,12 +30,13 @@ __global__ void __launch_bounds__(kCombineThreads) split_combine_kernel(const Fw
   const int64_t copy = blockIdx.x % copies;
   const int64_t b = copy / heads_per_mask_head;
   const int64_t h = split.row / plan.num_q_tiles * heads_per_mask_head + copy % heads_per_mask_head;
-  const int64_t q0 = split.row % plan.num_q_tiles * tile_rows;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const float neg_inf = -__builtin_huge_valf();
 
   const SequenceSpan seq = sequence_span(p, b);
-  for (int64_t r = warp; r < tile_rows && q0 + r < seq.q_len; r += kCombineThreads / 32) {
+  const int64_t q0 = split.row % plan.num_q_tiles * tile_rows - seq.mask_row_offset;  // query row of the tile's first row
+  for (int64_t r = warp; r < tile_rows; r += kCombineThreads / 32) {
+    if (!seq.has_row(q0 + r)) continue;
     auto slot_row = [&](int32_t n) { return ((split.first_slot + n) * copies + copy) * tile_rows + r; };
     float top = neg_inf;
     for (int32_t n = 0; n < split.pieces; ++n) top = fmaxf(top, p.partial_lse[slot_row(n)]);

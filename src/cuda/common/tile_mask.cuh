@@ -65,6 +65,8 @@ __device__ __forceinline__ uint64_t partial_keep_bits(const FwdParams& p, const 
   const bool has_sub = plan.sub_present != nullptr;
   const uint64_t present = has_sub ? plan.sub_present[walk.at] : ~uint64_t{0};
   const uint64_t full = has_sub ? plan.sub_full[walk.at] : 0;
+  // Query row i sits at position i + shift (for a varlen sequence that is its
+  // mask row; a regular batch's mask rows are its query rows).
   const int64_t shift = seq.k_len - seq.q_len, keys_left = seq.k_len - k0;
   const int first_col = (lane & 3) * 2;
   uint64_t keep = 0;
@@ -73,7 +75,7 @@ __device__ __forceinline__ uint64_t partial_keep_bits(const FwdParams& p, const 
     const int a = rr >> 1, half = rr & 1;
     const int row = warp * Tr::kWarpRows + a * 16 + (lane >> 2) + half * 8;
     const int64_t i = q0 + row;
-    if (i >= seq.q_len) continue;
+    if (!seq.has_row(i)) continue;
     uint32_t allowed = 0;
     if (!expr_row_bits<Tr::kNAtoms>(expr, h, i + shift, k0, first_col, allowed)) {
 #pragma unroll 1
@@ -126,7 +128,7 @@ __device__ __forceinline__ uint64_t excluded_bits(const FwdParams& p, const Sequ
   for (int rr = 0; rr < 2 * Tr::kMAtoms; ++rr) {
     const int a = rr >> 1, half = rr & 1;
     const int64_t i = q0 + warp * Tr::kWarpRows + a * 16 + (lane >> 2) + half * 8;
-    if (i >= seq.q_len) continue;
+    if (!seq.has_row(i)) continue;
     int64_t lo = 0, hi = -1, stride = 1, key_residue = 0;
     if (x.kind == Exclusion::Rest) {
       const int64_t pos = i + seq.k_len - seq.q_len;

@@ -22,8 +22,10 @@
 // fp32 to its partial-result slot instead; split_combine.cu merges). A row
 // with no allowed key keeps m = -inf and l = 0 and writes O = 0, LSE = -inf.
 // In a packed varlen batch the batch index is the sequence: its rows and
-// lengths come from cu_seqlens (sequence_span.hpp), tiles past its end are
-// skipped, and the mask (built for the longest sequence) is read as is.
+// lengths come from cu_seqlens (sequence_span.hpp), the mask (built for the
+// longest sequence, one row per position) is read as is, a tile's query rows
+// are its mask rows less the sequence's Lk - Lq, and tiles without a query row
+// of the sequence are skipped.
 //
 // Per warp, S (32 x 64) and O (32 x D) live in registers in the mma C layout:
 // thread (g = lane / 4, t = lane % 4) holds rows g and g + 8 of each 16-row
@@ -69,7 +71,8 @@ struct FragStep {
 };
 
 // Starts copying rows [row0, row0 + kRows) of a (L, D) slice into a swizzled
-// shared-memory tile; rows at or past `len` are zero-filled. Threads are laid
+// shared-memory tile; rows outside [0, len) are zero-filled (a varlen query
+// tile may start before its sequence's first row, see sequence_span.hpp). Threads are laid
 // over the padded row (kSmemStride / 8 chunks), so each thread keeps one chunk
 // column and steps down the rows: one pointer and one address per thread.
 template <typename Tr, int kRows>
@@ -82,14 +85,17 @@ __device__ __forceinline__ void load_tile(uint32_t smem, const typename Tr::T* s
   const int chunk = static_cast<int>(threadIdx.x) % kChunksPerRow;
   const int row = static_cast<int>(threadIdx.x) / kChunksPerRow;
   if (chunk >= Tr::kRowChunks) return;  // padding columns of head dims 32 and 96
-  const int64_t rows_left = len - row0 - row;
-  const typename Tr::T* from = src + (row0 + row) * row_stride + chunk * 8;
+  const int64_t first = row0 + row;  // rows outside [0, len) are zero-filled
+  // An element offset, made a pointer only for rows that exist (a row before
+  // the slice would point before it).
+  int64_t at = first * row_stride + chunk * 8;
   const uint32_t to = tile_address<Tr>(smem, row, chunk);
 #pragma unroll
   for (int n = 0; n < kRows / kRowsPerPass; ++n) {
-    const bool valid = n * kRowsPerPass < rows_left;
-    cp_async_16(to + n * kRowsPerPass * Tr::kSmemStride * sizeof(typename Tr::T), valid ? from : src, valid);
-    from += kRowsPerPass * row_stride;
+    const int64_t r = first + n * kRowsPerPass;
+    const bool valid = r >= 0 && r < len;
+    cp_async_16(to + n * kRowsPerPass * Tr::kSmemStride * sizeof(typename Tr::T), valid ? src + at : src, valid);
+    at += kRowsPerPass * row_stride;
   }
 }
 
@@ -170,14 +176,14 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm) fwd_sm80_ke
   const int64_t mask_head = work.row / plan.num_q_tiles, q_tile = work.row % plan.num_q_tiles;
   const int64_t h = mask_head * heads_per_mask_head + copy % heads_per_mask_head;
   const int64_t kv_head = h / (p.q_heads / p.kv_heads);
-  const int64_t q0 = q_tile * Tr::kBlockM;
   const int64_t tiles_per_block = plan.blocks.block_k / Tr::kBlockN;
-  // A varlen sequence shorter than the mask: its query tiles past the end do
-  // nothing (the combine step of a split row skips their rows too), and its
-  // walk stops at the first key tile past its keys (entries ascend). The span
-  // is read again for the output so that fewer registers stay live.
+  // A varlen sequence shorter than the mask: its query tiles without a row of
+  // it do nothing (the combine step of a split row skips their rows too), and
+  // its walk stops at the first key tile past its keys (entries ascend). The
+  // span is read again for the output so that fewer registers stay live.
   const SequenceSpan seq = sequence_span(p, b);
-  if (q0 >= seq.q_len) return;
+  const int64_t q0 = q_tile * Tr::kBlockM - seq.mask_row_offset;  // query row of the tile's first row
+  if (!seq.tile_has_rows(q0, Tr::kBlockM)) return;
 
   const T* q = static_cast<const T*>(p.q.data) + p.q.row_offset(seq.batch, h, seq.q_first);
   const T* k = static_cast<const T*>(p.k.data) + p.k.row_offset(seq.batch, kv_head, seq.k_first);

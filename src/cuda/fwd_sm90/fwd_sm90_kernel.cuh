@@ -27,11 +27,13 @@
 // Rows past q_len and keys past k_len arrive as zeros (TMA fills outside the
 // tensor); key bounds are masked in registers, rows past q_len never written.
 // In a packed varlen batch (sequence_span.hpp) the maps cover the packed
-// rows: a unit loads its sequence's rows from q_first / k_first on; keys past
-// the sequence's end (the next sequence's) are masked against its k_len and
-// rows past it never written, as above; query tiles past its end are skipped
-// by producer and consumers alike, and the key walk stops at its last key
-// tile.
+// rows: a unit's tile of mask rows (positions) holds query rows from
+// row0 - row_shift on, which may start before the sequence's first query
+// (rows of the previous sequence, or TMA zeros before the tensor, never
+// written) and K, V from k_first on; keys past the sequence's end (the next
+// sequence's) are masked against its k_len and rows past it never written, as
+// above; tiles without a query row of the sequence are skipped by producer and
+// consumers alike, and the key walk stops at its last key tile.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -74,7 +76,8 @@ struct Sm90Units {
 // One work unit of the persistent grid: a plan item for one (batch, head).
 struct Sm90Work {
   WorkItem item;
-  int64_t copy = 0, b = 0, h = 0, kv_head = 0, q0 = 0;
+  int64_t copy = 0, b = 0, h = 0, kv_head = 0;
+  int64_t row0 = 0;  // the tile's first mask row (its first query row: row0 - SequenceSpan::mask_row_offset)
 
   __device__ __forceinline__ static Sm90Work at(const FwdParams& p, const Sm90Units& units, int64_t unit,
                                                 int64_t block_m) {
@@ -87,7 +90,7 @@ struct Sm90Work {
     const uint32_t h = row / units.q_tiles * units.heads_per_mask_head + copy % units.heads_per_mask_head;
     w.h = h;
     w.kv_head = h / units.q_per_kv;
-    w.q0 = static_cast<int64_t>(row % units.q_tiles) * block_m;
+    w.row0 = static_cast<int64_t>(row % units.q_tiles) * block_m;
     return w;
   }
 };
@@ -147,9 +150,10 @@ __device__ __forceinline__ void produce(const FwdParams& p, const Sm90TensorMaps
   for (int64_t unit = blockIdx.x; unit < units.count; unit += gridDim.x) {
     const Sm90Work w = Sm90Work::at(p, units, unit, Tr::kBlockM);
     const SequenceSpan seq = sequence_span(p, w.b);
+    const int64_t q0 = w.row0 - seq.mask_row_offset;
     TileWalk walk = TileWalk::entries(w.item.begin, w.item.end);
     // The consumers skip the same units (consume_unit): nothing is loaded for them.
-    if (w.q0 >= seq.q_len || !walk.valid(plan, tiles_per_block, Tr::kBlockN, seq.k_len)) continue;
+    if (!seq.tile_has_rows(q0, Tr::kBlockM) || !walk.valid(plan, tiles_per_block, Tr::kBlockN, seq.k_len)) continue;
     bool q_loaded = false;
     do {
       const int64_t k_row = seq.k_first + walk.key_tile(plan, tiles_per_block) * Tr::kBlockN;
@@ -169,7 +173,7 @@ __device__ __forceinline__ void produce(const FwdParams& p, const Sm90TensorMaps
         ++q_loads;
         q_loaded = true;
         mbarrier_arrive_expect_tx(sm.q_full(), Tr::kQBytes);
-        tma_load_tile<Tr>(sm.q(), Tr::kQPanelBytes, maps.q, sm.q_full(), seq.q_first + w.q0, w.h, seq.batch);
+        tma_load_tile<Tr>(sm.q(), Tr::kQPanelBytes, maps.q, sm.q_full(), seq.q_first + q0, w.h, seq.batch);
       }
       slot.advance();
       walk.advance(tiles_per_block);
@@ -295,7 +299,8 @@ __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<
   const int64_t tiles_per_block = plan.blocks.block_k / Tr::kBlockN;
   const PatternExpr& expr = p.mask.exprs != nullptr ? *p.mask.expr_for_head(w.h, p.q_heads) : kNoPatternExpr;
   const SequenceSpan seq = sequence_span(p, w.b);
-  if (w.q0 >= seq.q_len) return;  // a varlen query tile past its sequence's end (produce skips it too)
+  const int64_t q0 = w.row0 - seq.mask_row_offset;
+  if (!seq.tile_has_rows(q0, Tr::kBlockM)) return;  // no query row of its varlen sequence (produce skips it too)
   float o[1][Tr::kDAtoms][4];
   float m[1][2] = {{kNegInf, kNegInf}}, l[1][2] = {{0.0f, 0.0f}};
 #pragma unroll
@@ -325,7 +330,7 @@ __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<
       }
     };
     // Keep bits of the tile (all on a full tile without exclusion), computed before S is live.
-    uint64_t keep = tile_keep_bits<Tr>(p, expr, tile, full, seq, w.h, w.q0, k0, warp, lane);
+    uint64_t keep = tile_keep_bits<Tr>(p, expr, tile, full, seq, w.h, q0, k0, warp, lane);
     float s[1][Tr::kNAtoms][4];
     uint32_t pa[Tr::kBlockN / 16][4];
     mbarrier_wait(sm.q_full(), q_parity);
@@ -350,7 +355,7 @@ __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<
       tile = next;
       k0 = next_k0;
       full = next_full;
-      keep = tile_keep_bits<Tr>(p, expr, tile, full, seq, w.h, w.q0, k0, warp, lane);
+      keep = tile_keep_bits<Tr>(p, expr, tile, full, seq, w.h, q0, k0, warp, lane);
       mbarrier_wait(sm.k_full(slot.stage), slot.parity);
       mbarrier_wait(sm.v_full(previous.stage), previous.parity);
       schedule.wait_turn();
@@ -382,7 +387,7 @@ __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<
     mbarrier_arrive(sm.v_free(previous.stage));
   }
   if (w.item.slot < 0)
-    write_output<Tr>(p, o, m, l, seq, w.h, w.q0, warp, lane);
+    write_output<Tr>(p, o, m, l, seq, w.h, q0, warp, lane);
   else
     write_partial<Tr>(p, o, m, l, (w.item.slot * static_cast<int64_t>(copies) + w.copy) * Tr::kBlockM, warp, lane);
 }

@@ -4,7 +4,8 @@
 // The host backends check cu_seqlens and run each sequence on its own, as a
 // batch-1 view of its rows with a mask built for its own lengths, so they do
 // not depend on the prefix property the CUDA backend relies on; the tests
-// compare the two. Empty sequences are skipped.
+// compare the two. Longformer global tokens beyond a sequence's length do
+// not exist in it (Pattern::within_length). Empty sequences are skipped.
 #include <algorithm>
 
 #include "spattn/attention.hpp"
@@ -85,7 +86,7 @@ void attention_varlen(const TensorView& q, const TensorView& k, const TensorView
     shape.block_q = mask.block_q();
     shape.block_k = mask.block_k();
     shape.num_heads = q.heads();
-    const BlockMask own = BlockMask::build(*mask.pattern(), shape);
+    const BlockMask own = BlockMask::build(mask.pattern()->within_length(lk), shape);
     const TensorView qs = seq_slice(q, q_first, lq), ks = seq_slice(k, k_first, lk),
                      vs = seq_slice(v, k_first, lk), outs = seq_slice(out, q_first, lq);
     const TensorView lses = lse ? seq_slice(*lse, q_first, lq) : TensorView{};

@@ -59,6 +59,8 @@ double resolve_scale(const AttentionOptions& options, int64_t head_dim);
 // the mask's pattern applied to its own lengths, bottom-right aligned as in
 // attention(): with Lq(b) < Lk(b) (a chunk of queries after cached keys) its
 // query i sits at position i + Lk(b) - Lq(b). Sequences may be empty.
+// Longformer global tokens at or beyond a sequence's length do not exist in
+// that sequence (Pattern::within_length).
 //
 // The mask is built once for the longest key sequence (varlen_mask), one row
 // per position, and each sequence reads the rows of its queries' positions,

@@ -58,6 +58,11 @@ class Pattern {
   static Pattern intersect(const Pattern& a, const Pattern& b);  // allowed in a and b
   static Pattern per_head(const std::vector<Pattern>& heads);    // head h uses heads[h]
   Pattern with_causal() const;                                   // AND j <= p everywhere
+  // The same pattern on a sequence of k_len positions: Longformer global
+  // tokens at k_len or beyond (which no query or key of that sequence can
+  // be) are dropped. Varlen batches share one pattern between sequences of
+  // different lengths; this is each sequence's own view of it.
+  Pattern within_length(int64_t k_len) const;
 
   // ---- queries ----
   // Number of expressions: 1 (shared by all heads) or H (one per head).

@@ -286,6 +286,17 @@ Pattern Pattern::with_causal() const {
   return result;
 }
 
+Pattern Pattern::within_length(int64_t k_len) const {
+  Pattern result = *this;
+  for (PatternExpr& e : result.exprs_)
+    for (int32_t n = 0; n < e.num_terms; ++n) {
+      PatternTerm& t = e.terms[n];
+      if (t.kind == TermKind::Longformer)  // tokens are sorted: keep those below k_len
+        t.num_tokens = pattern_math::lower_bound(t.tokens, t.num_tokens, k_len);
+    }
+  return result;
+}
+
 const PatternExpr& Pattern::expr_for_head(int64_t h, int64_t num_heads) const {
   if (exprs_.size() == 1) return exprs_[0];
   require(num_heads > 0 && num_heads % num_exprs() == 0, "num_heads (", num_heads,

@@ -113,6 +113,16 @@ TEST(PatternSemantics, LongformerGlobalTokens) {
   EXPECT_EQ(causal[0], "#.......");
 }
 
+TEST(PatternSemantics, WithinLengthDropsGlobalTokensBeyondTheSequence) {
+  const Pattern full = Pattern::unite(Pattern::longformer(2, {1, 6, 9}), Pattern::streaming(1, 1));
+  EXPECT_THROW(full.check_lengths(7, 7), Error);
+  const Pattern seven = full.within_length(7);
+  EXPECT_NO_THROW(seven.check_lengths(7, 7));
+  EXPECT_EQ(picture(seven, 7, 7), picture(full, 7, 7));  // the same pairs on 7 positions
+  EXPECT_THROW(full.within_length(10).check_lengths(9, 9), Error);  // token 9 kept, Lk = 9 too short
+  EXPECT_EQ(picture(full.within_length(1), 1, 1), (Rows{"#"}));
+}
+
 TEST(PatternSemantics, CustomBlocksLieOnTheIndexGrid) {
   // Blocks of 1 x 2 on a 2 x 4 problem: no position shift for custom blocks.
   const Pattern p = Pattern::custom({1, 0, 0, 1}, 1, 2, 2, 1, 2);

@@ -4,12 +4,15 @@
 // accumulator layout (see tile_mask.cuh).
 //
 // The traits Tr provide T, kHeadDim, kMAtoms, kNAtoms, kDAtoms (8-wide columns
-// of O) and kWarpRows; `warp` is the index of the warp among those computing
+// of O), kWarpRows and kExp2PolyEvery (every kExp2PolyEvery-th 8-key column
+// of a tile takes its exponentials from exp2_poly on the FMA pipe, the rest
+// from ex2.approx; 0: none); `warp` is the index of the warp among those computing
 // the query tile (warp w owns tile rows [w * kWarpRows, (w + 1) * kWarpRows)).
 #pragma once
 
 #include <cstdint>
 
+#include "cuda/common/exp2_poly.cuh"
 #include "cuda/common/fwd_params.hpp"
 #include "cuda/common/ptx_sm80.cuh"
 #include "cuda/common/sequence_span.hpp"
@@ -19,18 +22,20 @@ namespace spattn::cuda_detail {
 
 constexpr float kLn2 = 0.6931471805599453f;
 
-// The max of this thread's scores of row half `half` of atom `a`, reduced as
-// a tree (depth log2 of the count) rather than a chain, which keeps the
-// dependent latency off the softmax's critical path.
-template <typename Tr>
-__device__ __forceinline__ float thread_row_max(const float (&s)[Tr::kMAtoms][Tr::kNAtoms][4], int a, int half) {
+// The max (Op = Max) or sum (Op = Sum) of this thread's values of row half
+// `half` of atom `a`, reduced as a tree (depth log2 of the count) rather than
+// a chain, which keeps the dependent latency off the softmax's critical path.
+enum class RowOp { Max, Sum };
+template <typename Tr, RowOp Op>
+__device__ __forceinline__ float thread_row_reduce(const float (&s)[Tr::kMAtoms][Tr::kNAtoms][4], int a, int half) {
+  const auto combine = [](float x, float y) { return Op == RowOp::Max ? fmaxf(x, y) : x + y; };
   float v[Tr::kNAtoms];
 #pragma unroll
-  for (int n = 0; n < Tr::kNAtoms; ++n) v[n] = fmaxf(s[a][n][2 * half], s[a][n][2 * half + 1]);
+  for (int n = 0; n < Tr::kNAtoms; ++n) v[n] = combine(s[a][n][2 * half], s[a][n][2 * half + 1]);
 #pragma unroll
   for (int width = 1; width < Tr::kNAtoms; width *= 2)
 #pragma unroll
-    for (int n = 0; n + width < Tr::kNAtoms; n += 2 * width) v[n] = fmaxf(v[n], v[n + width]);
+    for (int n = 0; n + width < Tr::kNAtoms; n += 2 * width) v[n] = combine(v[n], v[n + width]);
   return v[0];
 }
 
@@ -48,7 +53,7 @@ __device__ __forceinline__ bool softmax_scores(float (&s)[Tr::kMAtoms][Tr::kNAto
   for (int a = 0; a < Tr::kMAtoms; ++a) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      float row_max = thread_row_max<Tr>(s, a, half);
+      float row_max = thread_row_reduce<Tr, RowOp::Max>(s, a, half);
       row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 1));
       row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 2));
       const float m_new = fmaxf(m[a][half], row_max * scale_log2);
@@ -58,16 +63,15 @@ __device__ __forceinline__ bool softmax_scores(float (&s)[Tr::kMAtoms][Tr::kNAto
       correction[a][half] = fast_exp2(m[a][half] - m_used);
       max_moved |= m_new != m[a][half];
       m[a][half] = m_new;
-      float sum = l[a][half] * correction[a][half];
 #pragma unroll
       for (int n = 0; n < Tr::kNAtoms; ++n)
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
-          const float pr = fast_exp2(fmaf(s[a][n][2 * half + c], scale_log2, -m_used));
-          s[a][n][2 * half + c] = pr;
-          sum += pr;
+          const float x = fmaf(s[a][n][2 * half + c], scale_log2, -m_used);
+          constexpr int kEvery = Tr::kExp2PolyEvery;
+          s[a][n][2 * half + c] = kEvery > 0 && n % kEvery == kEvery - 1 ? exp2_poly(x) : fast_exp2(x);
         }
-      l[a][half] = sum;
+      l[a][half] = fmaf(l[a][half], correction[a][half], thread_row_reduce<Tr, RowOp::Sum>(s, a, half));
     }
   }
   return __any_sync(0xffffffffu, max_moved);

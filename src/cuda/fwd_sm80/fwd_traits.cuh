@@ -35,6 +35,7 @@ struct FwdTraits {
   static constexpr int kSmemStride = (kHeadDim + 63) / 64 * 64;
   static constexpr int kMinBlocksPerSm = kHeadDim > 128 ? 1 : 2;
   static constexpr int kElemsPerThread = kMAtoms * kNAtoms * 4;  // S entries per thread
+  static constexpr int kExp2PolyEvery = 0;  // every exponential on ex2.approx (online_softmax.cuh)
 
   static constexpr int kQElems = kBlockM * kSmemStride;
   static constexpr int kKVElems = kBlockN * kSmemStride;

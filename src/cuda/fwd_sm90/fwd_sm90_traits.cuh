@@ -35,6 +35,7 @@ struct Sm90Traits {
   static constexpr int kNAtoms = kBlockN / 8;
   static constexpr int kDAtoms = kHeadDim / 8;
   static constexpr int kStages = kHeadDim <= 64 ? 5 : kHeadDim <= 128 ? 3 : 2;
+  static constexpr int kExp2PolyEvery = kHeadDim <= 64 ? 8 : 0;  // online_softmax.cuh: helps at D = 64 only
   // Registers per thread after setmaxnreg: 128 x 24 + 256 x 240 <= 65536.
   static constexpr int kProducerRegisters = 24;
   static constexpr int kConsumerRegisters = 240;

@@ -39,11 +39,18 @@ __device__ __forceinline__ float thread_row_reduce(const float (&s)[Tr::kMAtoms]
   return v[0];
 }
 
-// Online softmax over one tile, scores only: updates the running max m (log2
-// units of the scaled score) and l, turns s into P = exp2(s * scale_log2 - m),
-// and leaves in `correction` the factor O must be scaled by. Returns whether
-// some row of the warp has a new max: otherwise every correction is exactly
-// exp2(0) = 1 and rescaling O can be skipped (exact).
+// How far (log2 units) a row's scores may rise above its reference max m
+// before m moves: P = exp2(s * scale_log2 - m) then stays <= 2^8, well within
+// bf16, fp16 and the fp32 sums, and O is rescaled only on the rare tiles
+// where some row's max jumps by more than that. The result is the same
+// softmax: l and O share m, and the LSE is m + log2(l).
+constexpr float kStaleMaxSlack = 8.0f;
+
+// Online softmax over one tile, scores only: updates the reference max m
+// (log2 units of the scaled score; kStaleMaxSlack) and l, turns s into
+// P = exp2(s * scale_log2 - m), and leaves in `correction` the factor O must
+// be scaled by. Returns whether some row of the warp moved its m: otherwise
+// every correction is exactly 1 and rescaling O can be skipped (exact).
 template <typename Tr>
 __device__ __forceinline__ bool softmax_scores(float (&s)[Tr::kMAtoms][Tr::kNAtoms][4], float (&m)[Tr::kMAtoms][2],
                                                float (&l)[Tr::kMAtoms][2], float scale_log2,
@@ -56,7 +63,8 @@ __device__ __forceinline__ bool softmax_scores(float (&s)[Tr::kMAtoms][Tr::kNAto
       float row_max = thread_row_reduce<Tr, RowOp::Max>(s, a, half);
       row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 1));
       row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 2));
-      const float m_new = fmaxf(m[a][half], row_max * scale_log2);
+      const float seen = row_max * scale_log2;
+      const float m_new = seen > m[a][half] + kStaleMaxSlack ? seen : m[a][half];  // -inf + 8 = -inf
       // While every score so far is masked, m stays -inf; subtract 0 instead so
       // that exp2 sees -inf - 0 = -inf (P = 0), never -inf + inf.
       const float m_used = m_new == kNegInf ? 0.0f : m_new;

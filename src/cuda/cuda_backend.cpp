@@ -30,20 +30,6 @@ using cuda_detail::check_cuda;
 
 constexpr double kLog2e = 1.4426950408889634;
 
-// Stream-ordered scratch returned when the scope ends (also on a throw).
-class ScopedScratch {
- public:
-  ScopedScratch(size_t bytes, cudaStream_t stream) : stream_(stream), ptr_(cuda_detail::scratch_alloc(bytes, stream)) {}
-  ~ScopedScratch() { cuda_detail::scratch_free(ptr_, stream_); }
-  ScopedScratch(const ScopedScratch&) = delete;
-  ScopedScratch& operator=(const ScopedScratch&) = delete;
-  void* get() const { return ptr_; }
-
- private:
-  cudaStream_t stream_;
-  void* ptr_;
-};
-
 // Unit stride along D, other strides and the base aligned to `align_elems` elements.
 void check_layout(const TensorView& t, const char* name, int64_t align_elems) {
   require(t.stride[3] == 1, "CUDA backend: ", name, " must have unit stride along head_dim, got ",
@@ -134,7 +120,7 @@ void run_fused(cuda_detail::FwdParams p, DType dtype, bool sm90, cudaStream_t s)
   const int64_t rows = kernel_tile(sm90, p.head_dim).rows;
   const int64_t o_floats = cuda_detail::partial_o_floats(p, rows);
   const int64_t lse_floats = cuda_detail::partial_lse_floats(p, rows);
-  ScopedScratch scratch(static_cast<size_t>(o_floats + lse_floats) * sizeof(float), s);
+  cuda_detail::ScopedScratch scratch(static_cast<size_t>(o_floats + lse_floats) * sizeof(float), s);
   p.partial_o = static_cast<float*>(scratch.get());
   p.partial_lse = p.partial_o + o_floats;
   run();
@@ -163,7 +149,7 @@ void run_dilated_split(const cuda_detail::DilatedSplit& split, const cuda_detail
   // Sub-buffers in 256-byte units: q, k, v (2-byte elements), O (fp32), LSEs.
   auto units = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
   const int64_t qkv_bytes = units(elems * 2), o_bytes = units(elems * 4), lse_bytes = units(g.rows() * 4);
-  ScopedScratch scratch(static_cast<size_t>(3 * qkv_bytes + o_bytes + lse_bytes + units(lse_floats * 4)), s);
+  cuda_detail::ScopedScratch scratch(static_cast<size_t>(3 * qkv_bytes + o_bytes + lse_bytes + units(lse_floats * 4)), s);
   char* at = static_cast<char*>(scratch.get());
   void* qp = at;
   void* kp = at + qkv_bytes;
@@ -252,9 +238,11 @@ void cuda_prepare_mask(const BlockMask& mask) {
     }
   };
   prepare(cuda_detail::kSm80Tile);
-  if (cuda_kernel() != CudaKernel::Sm80 && cuda_detail::fwd_sm90_available())
+  if (cuda_kernel() != CudaKernel::Sm80 && cuda_detail::fwd_sm90_available()) {
+    cuda_detail::scratch_pool();  // every sm90 launch takes its work counter from it
     for (const cuda_detail::TileShape tile : {cuda_detail::kSm90WideTile, cuda_detail::kSm90NarrowTile})
       if (cuda_detail::tile_fits(mask, tile)) prepare(tile);
+  }
 }
 
 void cuda_attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,

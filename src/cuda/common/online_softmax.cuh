@@ -39,6 +39,16 @@ __device__ __forceinline__ float thread_row_reduce(const float (&s)[Tr::kMAtoms]
   return v[0];
 }
 
+// exp2(x) for 8-key column n of a tile: exp2_poly on every kEvery-th column,
+// ex2.approx elsewhere (kEvery = 0: everywhere).
+template <int kEvery>
+__device__ __forceinline__ float column_exp2(float x, int n) {
+  if constexpr (kEvery > 0) {
+    if (n % kEvery == kEvery - 1) return exp2_poly(x);
+  }
+  return fast_exp2(x);
+}
+
 // How far (log2 units) a row's scores may rise above its reference max m
 // before m moves: P = exp2(s * scale_log2 - m) then stays <= 2^8, well within
 // bf16, fp16 and the fp32 sums, and O is rescaled only on the rare tiles
@@ -75,9 +85,7 @@ __device__ __forceinline__ bool softmax_scores(float (&s)[Tr::kMAtoms][Tr::kNAto
       for (int n = 0; n < Tr::kNAtoms; ++n)
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
-          const float x = fmaf(s[a][n][2 * half + c], scale_log2, -m_used);
-          constexpr int kEvery = Tr::kExp2PolyEvery;
-          s[a][n][2 * half + c] = kEvery > 0 && n % kEvery == kEvery - 1 ? exp2_poly(x) : fast_exp2(x);
+          s[a][n][2 * half + c] = column_exp2<Tr::kExp2PolyEvery>(fmaf(s[a][n][2 * half + c], scale_log2, -m_used), n);
         }
       l[a][half] = fmaf(l[a][half], correction[a][half], thread_row_reduce<Tr, RowOp::Sum>(s, a, half));
     }

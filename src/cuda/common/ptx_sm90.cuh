@@ -1,6 +1,7 @@
 // cuda/common/ptx_sm90.cuh - the sm90 (Hopper) instructions of the Hopper
 // forward kernel, as thin inline-PTX wrappers written from the PTX ISA:
-// mbarriers (init, arrive, expect-tx, parity wait), named barriers,
+// mbarriers (init, arrive, expect-tx, parity wait), shared-memory words by
+// address, named barriers,
 // tensor-memory-accelerator
 // tile copies (cp.async.bulk.tensor, completing on an mbarrier), warpgroup
 // matrix products (wgmma.mma_async, sm_90a) with their shared-memory matrix
@@ -61,6 +62,16 @@ __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
         : "r"(bar), "r"(parity)
         : "memory");
   } while (!done);
+}
+
+// ---- shared-memory words by address ----
+__device__ __forceinline__ void st_shared_u32(uint32_t address, uint32_t value) {
+  asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(address), "r"(value) : "memory");
+}
+__device__ __forceinline__ uint32_t ld_shared_u32(uint32_t address) {
+  uint32_t value;
+  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(value) : "r"(address) : "memory");
+  return value;
 }
 
 // ---- named barriers ----

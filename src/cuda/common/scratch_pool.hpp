@@ -1,5 +1,5 @@
 // cuda/common/scratch_pool.hpp - stream-ordered scratch memory of the CUDA
-// backend (partial results of split rows).
+// backend (partial results of split rows, the sm90 kernel's work counter).
 //
 // Each device gets one private memory pool, created on first use and kept for
 // the process, that keeps freed memory instead of returning it to the driver
@@ -22,5 +22,19 @@ void* scratch_alloc(size_t bytes, cudaStream_t stream);
 
 // Returns scratch once the work queued on `stream` so far has finished.
 void scratch_free(void* p, cudaStream_t stream);
+
+// Stream-ordered scratch returned when the scope ends (also on a throw).
+class ScopedScratch {
+ public:
+  ScopedScratch(size_t bytes, cudaStream_t stream) : stream_(stream), ptr_(scratch_alloc(bytes, stream)) {}
+  ~ScopedScratch() { scratch_free(ptr_, stream_); }
+  ScopedScratch(const ScopedScratch&) = delete;
+  ScopedScratch& operator=(const ScopedScratch&) = delete;
+  void* get() const { return ptr_; }
+
+ private:
+  cudaStream_t stream_;
+  void* ptr_;
+};
 
 }  // namespace spattn::cuda_detail

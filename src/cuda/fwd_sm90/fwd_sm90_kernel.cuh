@@ -120,6 +120,13 @@ struct Sm90Smem {
   __device__ __forceinline__ uint32_t v_free(int stage) const {
     return base + Tr::kBarrierOffset + 16 + 8 * (3 * Tr::kStages + stage);
   }
+  __device__ __forceinline__ uint32_t unit_full(int slot) const {
+    return base + Tr::kBarrierOffset + 16 + 8 * (4 * Tr::kStages + slot);
+  }
+  __device__ __forceinline__ uint32_t unit_free(int slot) const {
+    return base + Tr::kBarrierOffset + 16 + 8 * (4 * Tr::kStages + Tr::kUnitSlots + slot);
+  }
+  __device__ __forceinline__ uint32_t unit(int slot) const { return base + Tr::kUnitOffset + 4 * slot; }
 };
 
 // A ring position: the stage and the parity of its current use.
@@ -132,6 +139,34 @@ struct RingSlot {
       stage = 0;
       parity ^= 1u;
     }
+  }
+};
+
+// The work units of a CTA, handed from the producer thread to the consumers
+// through kUnitSlots shared-memory slots (each with a full and a free
+// mbarrier). The producer draws them: first blockIdx.x, then gridDim.x plus
+// the next value of a global counter zeroed before the launch, so a CTA that
+// finishes early takes more work (a static stride over the units left up to
+// 4% of the time idle at the end of causal grids); a number >= units.count
+// ends both roles' loops.
+template <typename Tr>
+struct UnitRing {
+  static_assert((Tr::kUnitSlots & (Tr::kUnitSlots - 1)) == 0, "slot and parity come from one counter");
+  uint32_t uses = 0;  // slots used so far: slot uses % kUnitSlots, parity (uses / kUnitSlots) % 2
+  __device__ __forceinline__ int slot() const { return static_cast<int>(uses % Tr::kUnitSlots); }
+  __device__ __forceinline__ uint32_t parity() const { return (uses / Tr::kUnitSlots) & 1u; }
+  __device__ __forceinline__ void post(const Sm90Smem<Tr>& sm, uint32_t unit) {  // producer
+    mbarrier_wait(sm.unit_free(slot()), parity() ^ 1u);
+    st_shared_u32(sm.unit(slot()), unit);
+    mbarrier_arrive(sm.unit_full(slot()));
+    ++uses;
+  }
+  __device__ __forceinline__ uint32_t take(const Sm90Smem<Tr>& sm) {  // every consumer thread
+    mbarrier_wait(sm.unit_full(slot()), parity());
+    const uint32_t unit = ld_shared_u32(sm.unit(slot()));
+    mbarrier_arrive(sm.unit_free(slot()));
+    ++uses;
+    return unit;
   }
 };
 
@@ -148,12 +183,15 @@ __device__ __forceinline__ void tma_load_tile(uint32_t dst, uint32_t panel_bytes
 
 template <typename Tr>
 __device__ __forceinline__ void produce(const FwdParams& p, const Sm90TensorMaps& maps, const Sm90Smem<Tr>& sm,
-                                        const Sm90Units& units) {
+                                        const Sm90Units& units, uint32_t* unit_counter) {
   const DeviceTilePlanView& plan = p.plan;
   const int64_t tiles_per_block = plan.blocks.block_k / Tr::kBlockN;
   RingSlot<Tr::kStages> slot;
+  UnitRing<Tr> ring;
   uint32_t q_loads = 0;
-  for (int64_t unit = blockIdx.x; unit < units.count; unit += gridDim.x) {
+  for (uint32_t unit = blockIdx.x;; unit = gridDim.x + atomicAdd(unit_counter, 1u)) {
+    ring.post(sm, unit);
+    if (unit >= units.count) break;
     const Sm90Work w = Sm90Work::at(p, units, unit, Tr::kBlockM);
     const SequenceSpan seq = sequence_span(p, w.b);
     const int64_t q0 = w.row0 - seq.mask_row_offset;
@@ -407,14 +445,15 @@ __device__ __forceinline__ void consume(const FwdParams& p, const Sm90Smem<Tr>& 
   uint32_t q_parity = 0;
   const IssueOrder schedule{group};
   schedule.start();
-  for (int64_t unit = blockIdx.x; unit < units.count; unit += gridDim.x)
+  UnitRing<Tr> ring;
+  for (uint32_t unit = ring.take(sm); unit < units.count; unit = ring.take(sm))
     consume_unit<Tr>(p, sm, desc, Sm90Work::at(p, units, unit, Tr::kBlockM), units.copies, slot, q_parity, schedule,
                      warp, lane);
 }
 
 template <typename Tr>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
-    fwd_sm90_kernel(const FwdParams p, const __grid_constant__ Sm90TensorMaps maps) {
+    fwd_sm90_kernel(const FwdParams p, const __grid_constant__ Sm90TensorMaps maps, uint32_t* unit_counter) {
   extern __shared__ __align__(1024) unsigned char smem[];
   const Sm90Smem<Tr> sm{(smem_address(smem) + 1023u) & ~1023u};
   const Sm90Units units(p);
@@ -428,13 +467,17 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       mbarrier_init(sm.k_free(stage), Tr::kConsumerThreads);
       mbarrier_init(sm.v_free(stage), Tr::kConsumerThreads);
     }
+    for (int slot = 0; slot < Tr::kUnitSlots; ++slot) {
+      mbarrier_init(sm.unit_full(slot), 1);
+      mbarrier_init(sm.unit_free(slot), Tr::kConsumerThreads);
+    }
     mbarrier_init_fence();
   }
   __syncthreads();
 
   if (threadIdx.x < 128) {
     warpgroup_release_registers<Tr::kProducerRegisters>();
-    if (threadIdx.x == 0) produce<Tr>(p, maps, sm, units);
+    if (threadIdx.x == 0) produce<Tr>(p, maps, sm, units, unit_counter);
   } else {
     warpgroup_claim_registers<Tr::kConsumerRegisters>();
     consume<Tr>(p, sm, units);

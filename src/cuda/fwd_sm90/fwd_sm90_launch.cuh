@@ -2,7 +2,8 @@
 // Hopper forward kernel: the tensor maps of q, k and v (over the packed rows
 // of a varlen batch), the dynamic
 // shared-memory limit, a persistent grid of one CTA per multiprocessor (or
-// fewer when there is less work), then the merge of split rows.
+// fewer when there is less work) with its zeroed work counter, then the
+// merge of split rows.
 #pragma once
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <type_traits>
 
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/scratch_pool.hpp"
 #include "cuda/common/split_combine.hpp"
 #include "cuda/fwd_sm90/fwd_sm90.hpp"
 #include "cuda/fwd_sm90/fwd_sm90_kernel.cuh"
@@ -43,7 +45,10 @@ void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
           " work units (plan items x batch x query heads per mask head) exceed 2^31 - 1");
   const int64_t ctas = std::min<int64_t>(units, sms);
   if (ctas > 0) {
-    kernel<<<static_cast<unsigned>(ctas), Tr::kThreads, Tr::kSmemBytes, stream>>>(p, maps);
+    ScopedScratch unit_counter(sizeof(uint32_t), stream);  // the units drawn after each CTA's first
+    check_cuda(cudaMemsetAsync(unit_counter.get(), 0, sizeof(uint32_t), stream), "cudaMemsetAsync(unit counter)");
+    kernel<<<static_cast<unsigned>(ctas), Tr::kThreads, Tr::kSmemBytes, stream>>>(
+        p, maps, static_cast<uint32_t*>(unit_counter.get()));
     check_launch("fwd_sm90 kernel launch");
   }
   if (p.plan.num_split_rows > 0) launch_split_combine<T>(p, Tr::kBlockM, stream);

@@ -13,7 +13,9 @@
 // 128-byte swizzle (what the TMA writes and wgmma reads; ptx_sm90.cuh):
 //   Q            kPanels x (128 rows x 128 B)
 //   K, V stage s kPanels x (kBlockN keys x 128 B) each, kStages stages
-//   mbarriers    Q full / Q free, and per stage K full, V full, K free, V free
+//   mbarriers    Q full / Q free, per stage K full, V full, K free, V free,
+//                per unit slot unit full, unit free
+//   unit slots   kUnitSlots work unit numbers (int32)
 #pragma once
 
 #include <cstdint>
@@ -36,7 +38,9 @@ struct Sm90Traits {
   static constexpr int kDAtoms = kHeadDim / 8;
   static constexpr int kStages = kHeadDim <= 64 ? 5 : kHeadDim <= 128 ? 3 : 2;
   static constexpr int kExp2PolyEvery = kHeadDim <= 64 ? 8 : 0;  // online_softmax.cuh: helps at D = 64 only
-  // Registers per thread after setmaxnreg: 128 x 24 + 256 x 240 <= 65536.
+  // Registers per thread after setmaxnreg, within the CTA's pool of 384 x 168
+  // (the launch bound's count; a larger total would leave setmaxnreg waiting
+  // forever): 128 x 24 + 256 x 240 = 64512.
   static constexpr int kProducerRegisters = 24;
   static constexpr int kConsumerRegisters = 240;
 
@@ -49,9 +53,13 @@ struct Sm90Traits {
   static constexpr uint32_t kKOffset = kQBytes;
   static constexpr uint32_t kVOffset = kKOffset + kStages * kKVBytes;
   static constexpr uint32_t kBarrierOffset = kVOffset + kStages * kKVBytes;
-  static constexpr int kBarriers = 2 + 4 * kStages;
+  // Work units handed from the producer to the consumers: a ring of unit
+  // numbers, each slot with a full and a free mbarrier.
+  static constexpr int kUnitSlots = 4;
+  static constexpr int kBarriers = 2 + 4 * kStages + 2 * kUnitSlots;
+  static constexpr uint32_t kUnitOffset = kBarrierOffset + kBarriers * 8;
   // 1024 bytes of slack: the dynamic shared memory is aligned to 1024 by hand.
-  static constexpr int kSmemBytes = static_cast<int>(kBarrierOffset) + kBarriers * 8 + 1024;
+  static constexpr int kSmemBytes = static_cast<int>(kUnitOffset) + kUnitSlots * 4 + 1024;
 
   static_assert(kHeadDim % kPanelCols == 0, "head dim is a whole number of 128-byte panels");
   static_assert(kMAtoms * kNAtoms * 4 <= 64, "the partial-tile mask is one 64-bit word per thread");

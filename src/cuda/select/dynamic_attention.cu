@@ -10,6 +10,7 @@
 
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/device_buffer.hpp"
+#include "cuda/common/scratch_pool.hpp"
 #include "cuda/fwd_sm80/fwd_sm80.hpp"
 #include "cuda/fwd_sm90/fwd_sm90.hpp"
 #include "cuda/kernel_choice.hpp"
@@ -127,7 +128,10 @@ DynamicAttention::DynamicAttention(const SelectConfig& config, const SelectShape
           ", got ", config.block_q);
   require(config.block_k % tile_.cols == 0, "CUDA dynamic attention: block_k must be a multiple of ", tile_.cols,
           ", got ", config.block_k);
-  if (!sm90_) check_fwd_sm80_head_dim(shape.head_dim);
+  if (sm90_)
+    scratch_pool();  // the sm90 launch's work counter comes from it; created here, before any graph capture
+  else
+    check_fwd_sm80_head_dim(shape.head_dim);
   selector_ = std::make_unique<BlockSelector>(config, shape);
   shape_mask_ = BlockMask::build(Pattern::dense(config.causal),
                                  MaskShape{shape.q_len, shape.k_len, config.block_q, config.block_k, 1});

@@ -71,8 +71,7 @@ double resolve_scale(const AttentionOptions& options, int64_t head_dim);
 // max_seqlen_q / max_seqlen_k, and Lq(b) <= Lk(b). The CUDA backend reads them
 // on the device without a host synchronisation and checks only what the host
 // sees; that they satisfy the above is the caller's contract (as for
-// FlashAttention). Longformer global tokens must lie inside every non-empty
-// sequence (checked by the host backends).
+// FlashAttention).
 struct VarlenBatch {
   const int32_t* cu_seqlens_q = nullptr;  // num_seqs + 1 prefix sums of the query lengths
   const int32_t* cu_seqlens_k = nullptr;  // num_seqs + 1 prefix sums of the key lengths

@@ -237,12 +237,14 @@ void cuda_prepare_mask(const BlockMask& mask) {
       cuda_detail::scratch_pool();
     }
   };
+  // Every sm90 launch takes its work counter from the scratch pool: created
+  // here whatever the kernel choice now, since the choice may change before a
+  // capture.
+  cuda_detail::scratch_pool();
   prepare(cuda_detail::kSm80Tile);
-  if (cuda_kernel() != CudaKernel::Sm80 && cuda_detail::fwd_sm90_available()) {
-    cuda_detail::scratch_pool();  // every sm90 launch takes its work counter from it
+  if (cuda_kernel() != CudaKernel::Sm80 && cuda_detail::fwd_sm90_available())
     for (const cuda_detail::TileShape tile : {cuda_detail::kSm90WideTile, cuda_detail::kSm90NarrowTile})
       if (cuda_detail::tile_fits(mask, tile)) prepare(tile);
-  }
 }
 
 void cuda_attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,

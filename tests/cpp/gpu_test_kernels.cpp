@@ -2,8 +2,9 @@
 // (cuda_set_kernel), against the fp64 reference on the key cases: every
 // pattern, both dtypes, head dims 64 and 128 (and 256, the sm90 kernel's
 // 128 x 64 tile), odd lengths, Lq != Lk both ways, GQA, batches, both layouts,
-// mask blocks 16..256, rows with no allowed key, split rows, dilated terms
-// through the token permutation. The Hopper kernel
+// mask blocks 16..256, rows with no allowed key, split rows, scores rising
+// along each row (the online softmax's rescaling), dilated terms through the
+// token permutation. The Hopper kernel
 // (sm90) runs only on a device of compute capability 9.0 with a build for it;
 // elsewhere its cases are skipped.
 #include <gtest/gtest.h>
@@ -148,6 +149,32 @@ TEST_P(GpuKernels, MaskBlockSizesAndEmptyRows) {
   expect_matches_reference(pr, seed++);
   pr.out_dtype = DType::F32;
   expect_matches_reference(pr, seed++);
+}
+
+// Scores that rise along each row (keys scaled up with their position, q and
+// k of amplitude 2): a row's running max jumps by more than the online
+// softmax's slack (kStaleMaxSlack) again and again, so O is rescaled and P
+// comes close to its 2^8 bound, on full, partial and split rows, with the
+// FMA-pipe exponentials of head dim 64.
+TEST_P(GpuKernels, ScoresRisingAlongTheRow) {
+  uint64_t seed = 2650;
+  for (const Pattern& pattern : {Pattern::dense(), Pattern::causal(), Pattern::sliding_window(300, 0)})
+    for (DType dtype : {DType::BF16, DType::F16})
+      for (int64_t d : {64, 128}) {
+        GpuProblem pr;
+        pr.pattern = pattern;
+        pr.dtype = pr.out_dtype = dtype;
+        pr.q_len = pr.k_len = 1000;
+        pr.head_dim = d;
+        pr.block_q = pr.block_k = 64;
+        pr.amplitude = 2.0;
+        pr.key_growth = 3.0;
+        expect_matches_reference(pr, seed++);
+      }
+  GpuProblem split = split_rows_problem(split_row_patterns().front(), DType::BF16);
+  split.amplitude = 2.0;
+  split.key_growth = 3.0;
+  expect_matches_reference(split, seed++);
 }
 
 TEST_P(GpuKernels, SplitLongRows) {

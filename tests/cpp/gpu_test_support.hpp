@@ -102,6 +102,9 @@ struct GpuProblem {
   int64_t block_q = 128, block_k = 128;
   Layout layout = Layout::BHLD;
   bool naive = false;
+  // Inputs: q and k drawn N(0, amplitude^2), key j then scaled by
+  // 1 + key_growth * j / k_len (scores that rise along a row), v N(0, 1).
+  double amplitude = 1.0, key_growth = 0.0;
 
   std::string describe() const {
     return std::string(dtype_name(dtype)) + " B" + std::to_string(batch) + " Hq" + std::to_string(q_heads) +
@@ -129,9 +132,15 @@ inline GpuErrors run_on_gpu(const GpuProblem& pr, uint64_t seed) {
   HostTensor q(pr.dtype, pr.batch, pr.q_heads, pr.q_len, pr.head_dim, pr.layout);
   HostTensor k(pr.dtype, pr.batch, pr.kv_heads, pr.k_len, pr.head_dim, pr.layout);
   HostTensor v(pr.dtype, pr.batch, pr.kv_heads, pr.k_len, pr.head_dim, pr.layout);
-  q.fill_random(rng);
-  k.fill_random(rng);
+  q.fill_random(rng, pr.amplitude);
+  k.fill_random(rng, pr.amplitude);
   v.fill_random(rng);
+  if (pr.key_growth != 0.0)
+    for (int64_t b = 0; b < pr.batch; ++b)
+      for (int64_t h = 0; h < pr.kv_heads; ++h)
+        for (int64_t j = 0; j < pr.k_len; ++j)
+          for (int64_t d = 0; d < pr.head_dim; ++d)
+            k.view.store(b, h, j, d, k.view.load(b, h, j, d) * (1.0 + pr.key_growth * j / pr.k_len));
   HostTensor out(pr.out_dtype, pr.batch, pr.q_heads, pr.q_len, pr.head_dim, pr.layout);
   HostTensor lse(DType::F32, pr.batch, pr.q_heads, pr.q_len, 1);
   out.poison();

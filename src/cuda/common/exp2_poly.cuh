@@ -6,7 +6,7 @@
 // so at small head dims the exponentials bound the tile. exp2_poly splits x
 // into floor(x) (rounding 1.5 * 2^23 + x down, which leaves floor(x) in the
 // low mantissa bits) and f = x - floor(x) in [0, 1), evaluates a cubic for
-// 2^f and adds floor(x) to the exponent field: eight FMA/ALU instructions.
+// 2^f and adds floor(x) to the exponent field: nine FMA/ALU instructions.
 // The cubic is fixed at p(0) = 1 and p(1) = 2 (continuous across integers)
 // and fitted for relative error (at most 1.03e-4 on [0, 1), well below
 // bf16's and fp16's rounding of P). Inputs are clamped at -127, where p(0) = 1
@@ -24,7 +24,8 @@ __device__ __forceinline__ float exp2_poly(float x) {
   float p = fmaf(f, 0.07826797f, 0.22630768f);
   p = fmaf(p, f, 0.6954243f);
   p = fmaf(p, f, 1.0f);
-  return __int_as_float(__float_as_int(p) + (__float_as_int(shifted) << 23));
+  // Unsigned arithmetic: the shift and the add wrap (floor(x) < 0) by design.
+  return __uint_as_float(__float_as_uint(p) + (__float_as_uint(shifted) << 23));
 }
 
 }  // namespace spattn::cuda_detail

@@ -60,7 +60,8 @@ constexpr float kStaleMaxSlack = 8.0f;
 // (log2 units of the scaled score; kStaleMaxSlack) and l, turns s into
 // P = exp2(s * scale_log2 - m), and leaves in `correction` the factor O must
 // be scaled by. Returns whether some row of the warp moved its m: otherwise
-// every correction is exactly 1 and rescaling O can be skipped (exact).
+// every correction is exactly 1 (0 for a row still without an allowed key,
+// whose O is 0) and rescaling O can be skipped (exact).
 template <typename Tr>
 __device__ __forceinline__ bool softmax_scores(float (&s)[Tr::kMAtoms][Tr::kNAtoms][4], float (&m)[Tr::kMAtoms][2],
                                                float (&l)[Tr::kMAtoms][2], float scale_log2,
@@ -161,8 +162,9 @@ __device__ __forceinline__ void write_output(const FwdParams& p, const float (&o
 }
 
 // One piece of a split row: O / l (fp32) and the natural-log LSE of every tile
-// row into the partial-result slot starting at tile row `first` (rows past
-// q_len included; the combine step ignores them).
+// row into the partial-result slot starting at tile row `first` (rows outside
+// the sequence included, past q_len or, in a varlen chunk, before its first
+// query; the combine step ignores them).
 template <typename Tr>
 __device__ __forceinline__ void write_partial(const FwdParams& p, const float (&o)[Tr::kMAtoms][Tr::kDAtoms][4],
                                               const float (&m)[Tr::kMAtoms][2], const float (&l)[Tr::kMAtoms][2],

@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <exception>
 
 namespace spattn::cuda_detail {
 
@@ -24,10 +25,17 @@ void* scratch_alloc(size_t bytes, cudaStream_t stream);
 void scratch_free(void* p, cudaStream_t stream);
 
 // Stream-ordered scratch returned when the scope ends (also on a throw).
+// While an exception unwinds the scope the free is not checked (a second
+// throw would terminate the program; the pool keeps what it could not free).
 class ScopedScratch {
  public:
   ScopedScratch(size_t bytes, cudaStream_t stream) : stream_(stream), ptr_(scratch_alloc(bytes, stream)) {}
-  ~ScopedScratch() { scratch_free(ptr_, stream_); }
+  ~ScopedScratch() noexcept(false) {
+    if (std::uncaught_exceptions() > 0)
+      cudaFreeAsync(ptr_, stream_);
+    else
+      scratch_free(ptr_, stream_);
+  }
   ScopedScratch(const ScopedScratch&) = delete;
   ScopedScratch& operator=(const ScopedScratch&) = delete;
   void* get() const { return ptr_; }

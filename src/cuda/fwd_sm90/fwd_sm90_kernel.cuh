@@ -3,8 +3,9 @@
 // specialisation (FlashAttention-3 structure, one consumer warpgroup per 64
 // query rows).
 //
-// Persistent grid: CTA c takes work units c, c + gridDim.x, ... of the plan's
-// items (longest first, tile_plan.hpp) times (batch, head in the mask head).
+// Persistent grid: CTA c runs work unit c, then units drawn from a counter
+// (UnitRing), of the plan's items (longest first, tile_plan.hpp) times
+// (batch, head in the mask head), numbered copy-major (Sm90Units).
 // Per work unit both roles walk the same kept key tiles (tile_walk.cuh):
 //   producer (one thread): for each kept tile, into the next free stage of
 //     the ring: K(n) on "K full", V(n) on "V full"; only kept tiles are ever
@@ -28,7 +29,7 @@
 // tensor); key bounds are masked in registers, rows past q_len never written.
 // In a packed varlen batch (sequence_span.hpp) the maps cover the packed
 // rows: a unit's tile of mask rows (positions) holds query rows from
-// row0 - row_shift on, which may start before the sequence's first query
+// row0 - mask_row_offset on, which may start before the sequence's first query
 // (rows of the previous sequence, or TMA zeros before the tensor, never
 // written) and K, V from k_first on; keys past the sequence's end (the next
 // sequence's) are masked against its k_len and rows past it never written, as

@@ -170,8 +170,8 @@ void DynamicAttention::make_items(cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>(ceil_div(it.count, kItemThreads));
   items_kernel<<<blocks, kItemThreads, 0, stream>>>(a);
   check_launch("items_kernel");
-  // Longest rows first within each batch element (the persistent kernel
-  // deals the items round-robin, so rows of very different length, as a mass
+  // Longest rows first within each batch element (the kernels start the
+  // items in this order, so rows of very different length, as a mass
   // threshold selects, spread evenly); the radix sort is stable, so equal
   // rows keep tile order.
   size_t scratch_bytes = it.sort_scratch_bytes;

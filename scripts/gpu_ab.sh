@@ -1,56 +1,75 @@
 #!/usr/bin/env bash
 # scripts/gpu_ab.sh - same-run A/B timing of the fused CUDA kernels: this
-# source tree against another one (a baseline exported beside it, e.g. with
-# `git archive <ref> src include | tar x -C .ab-base`), both built for one
+# source tree against one or more others (variants exported beside it, e.g.
+# with `git archive <ref> src include | tar x -C .ab-base`), all built for one
 # architecture, then timed in alternating rounds on the same card so that
-# clock and thermal drift fall on both sides alike.
+# clock and thermal drift fall on every side alike.
 #
-#   scripts/gpu_ab.sh BASE_DIR
+#   scripts/gpu_ab.sh VARIANT_DIR [VARIANT_DIR...]
 #
-# BASE_DIR holds the baseline's src/ and include/ (the rest of the build,
-# bench/ included, is taken from this tree). Environment: CASES (default
-# dense,causal,window,streaming,bigbird,dilated), SHAPES (default 32768x16),
-# ROUNDS (default 2), KERNEL (--kernel of spattn_cuda_bench, default fused),
-# HEAD_DIM (default 128), CUDA_ARCHS (default 90). Prints one line per
-# (shape, case, round, side) and a summary of medians with new / base; the
-# JSON rows go to $OUT/ab.jsonl (OUT default ./gpu_ab_out).
+# Each VARIANT_DIR holds a variant's src/ and include/ (the rest of the build,
+# bench/ included, is taken from this tree); this tree is the side "new", a
+# variant the side named by its directory. What is timed: SPECS, a
+# space-separated list of HEAD_DIM:HEADS:CASES:KERNEL:SEQ (CASES comma
+# separated, KERNEL the --kernel of spattn_cuda_bench), or, without SPECS,
+# every shape of SHAPES (default 32768x16) with CASES (default
+# dense,causal,window,streaming,bigbird,dilated), HEAD_DIM (default 128) and
+# KERNEL (default fused). Also ROUNDS (default 2), CUDA_ARCHS (default 90),
+# HEAD_DIMS (the builds' SPATTN_CUDA_HEAD_DIMS, default the head dims timed).
+# Prints one line per (spec, case, round, side) and the medians per side with
+# their ratio to the first variant; the JSON rows (fields side, round) go to
+# $OUT/ab.jsonl (OUT default ./gpu_ab_out).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-base_src=${1:?usage: scripts/gpu_ab.sh BASE_DIR (with the baseline src/ and include/)}
-[ -d "$base_src/src" ] && [ -d "$base_src/include" ] || {
-  echo "gpu_ab: $base_src must hold the baseline's src/ and include/" >&2
-  exit 2
-}
+[ $# -ge 1 ] || { echo "usage: scripts/gpu_ab.sh VARIANT_DIR [VARIANT_DIR...]" >&2; exit 2; }
+for dir in "$@"; do
+  [ -d "$dir/src" ] && [ -d "$dir/include" ] || { echo "gpu_ab: $dir must hold a variant's src/ and include/" >&2; exit 2; }
+done
 OUT=${OUT:-$PWD/gpu_ab_out}
 mkdir -p "$OUT"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# The baseline tree: this tree's build files and benchmark, the baseline's library.
-mkdir -p "$work/base"
-cp -r CMakeLists.txt bench tools python "$work/base/"
-cp -r "$base_src/src" "$base_src/include" "$work/base/"
+specs=${SPECS:-}
+if [ -z "$specs" ]; then
+  for shape in $(echo "${SHAPES:-32768x16}" | tr , ' '); do
+    specs+=" ${HEAD_DIM:-128}:${shape#*x}:${CASES:-dense,causal,window,streaming,bigbird,dilated}:${KERNEL:-fused}:${shape%x*}"
+  done
+fi
+head_dims=${HEAD_DIMS:-$(for spec in $specs; do echo "${spec%%:*}"; done | sort -un | paste -sd';')}
+
+# Side names and source trees: the variants (named by their directory), then this tree.
+sides=() trees=()
+for dir in "$@"; do
+  side=$(basename "$dir" | tr -c 'A-Za-z0-9_.\n-' _)
+  [[ " ${sides[*]} new " != *" $side "* ]] || { echo "gpu_ab: two sides named $side (rename a directory)" >&2; exit 2; }
+  mkdir -p "$work/$side"
+  cp -r CMakeLists.txt bench tools python "$work/$side/"
+  cp -r "$dir/src" "$dir/include" "$work/$side/"
+  sides+=("$side") trees+=("$work/$side")
+done
+sides+=(new) trees+=("$PWD")
 
 build() {  # build SOURCE_DIR BUILD_DIR: the benchmark driver alone
   cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90}" \
-    -DSPATTN_CUDA_HEAD_DIMS="${HEAD_DIM:-128}" -DSPATTN_BUILD_TESTS=OFF -DSPATTN_BUILD_TOOLS=OFF > "$2.log" 2>&1 &&
+    -DSPATTN_CUDA_HEAD_DIMS="$head_dims" -DSPATTN_BUILD_TESTS=OFF -DSPATTN_BUILD_TOOLS=OFF > "$2.log" 2>&1 &&
     cmake --build "$2" -j"$(nproc)" --target spattn_cuda_bench >> "$2.log" 2>&1 ||
     { echo "gpu_ab: build of $1 failed (log $2.log)" >&2; tail -n 30 "$2.log" >&2; return 1; }
 }
-build "$work/base" "$work/build-base" &
-base_build=$!
-build "$PWD" "$work/build-new" &
-new_build=$!
-wait "$base_build" && wait "$new_build"
+pids=()
+for n in "${!sides[@]}"; do
+  build "${trees[$n]}" "$work/build-${sides[$n]}" &
+  pids+=($!)
+done
+for pid in "${pids[@]}"; do wait "$pid"; done
 
 : > "$OUT/ab.jsonl"
-for shape in $(echo "${SHAPES:-32768x16}" | tr , ' '); do
-  len=${shape%x*}
-  heads=${shape#*x}
-  for round in $(seq "${ROUNDS:-2}"); do
-    for side in base new; do
-      "$work/build-$side/bench/spattn_cuda_bench" --cases "${CASES:-dense,causal,window,streaming,bigbird,dilated}" \
-        --seq "$len" --heads "$heads" --head-dim "${HEAD_DIM:-128}" --kernel "${KERNEL:-fused}" |
+for round in $(seq "${ROUNDS:-2}"); do
+  for spec in $specs; do
+    IFS=: read -r head_dim heads cases kernel seq <<< "$spec"
+    for side in "${sides[@]}"; do
+      "$work/build-$side/bench/spattn_cuda_bench" --cases "$cases" --seq "$seq" --heads "$heads" \
+        --head-dim "$head_dim" --kernel "$kernel" |
         grep '^{' | python3 -c '
 import json, sys
 side, round_ = sys.argv[1], sys.argv[2]
@@ -63,17 +82,19 @@ for line in sys.stdin:
   done
 done
 
-python3 - "$OUT/ab.jsonl" <<'PY'
+python3 - "$OUT/ab.jsonl" "${sides[@]}" <<'PY'
 import json, statistics, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
+sides = sys.argv[2:]
 for r in rows:
-    print(f"{r['seq']:>7} {r['heads']:>3} {r['case']:>10} round {r['round']} {r['side']:>4} {r['kernel']:>5} "
-          f"{r['time_ms']:9.3f} ms {r['tflops']:6.1f} TFLOP/s")
-print("\nmedian over rounds (TFLOP/s): shape, case, base, new, new / base")
-keys = sorted({(r["seq"], r["heads"], r["case"]) for r in rows}, key=lambda k: (k[0], k[1]))
-for seq, heads, case in keys:
+    print(f"{r['seq']:>7} {r['heads']:>3} D{r['head_dim']:<3} {r['case']:>10} round {r['round']} {r['side']:>10} "
+          f"{r['kernel']:>5} {r['time_ms']:9.3f} ms {r['tflops']:6.1f} TFLOP/s")
+print(f"\nmedian over rounds (TFLOP/s), and each side / {sides[0]}:")
+keys = sorted({(r["seq"], r["heads"], r["head_dim"], r["case"]) for r in rows})
+for key in keys:
     speed = {side: statistics.median(r["tflops"] for r in rows
-                                     if (r["seq"], r["heads"], r["case"], r["side"]) == (seq, heads, case, side))
-             for side in ("base", "new")}
-    print(f"{seq:>7} {heads:>3} {case:>10} {speed['base']:7.1f} {speed['new']:7.1f} {speed['new'] / speed['base']:6.3f}")
+                                     if (r["seq"], r["heads"], r["head_dim"], r["case"]) == key and r["side"] == side)
+             for side in sides}
+    cells = "  ".join(f"{side} {speed[side]:7.1f} ({speed[side] / speed[sides[0]]:.3f})" for side in sides)
+    print(f"{key[0]:>7} {key[1]:>3} D{key[2]:<3} {key[3]:>10}  {cells}")
 PY

@@ -101,14 +101,13 @@ std::vector<Pattern> varlen_patterns() {
           Pattern::unite(Pattern::sliding_window(33), Pattern::strided(50))};
 }
 
-class GpuVarlen : public ForcedKernelTest {};
-
-TEST_P(GpuVarlen, MatchesEachSequenceAlone) {
-  uint64_t seed = 100;
+// `base` (its lengths) with every varlen pattern, both dtypes, head dims 64
+// and 128; seeds from `seed` on.
+void expect_every_pattern_matches(const VarlenCase& base, uint64_t seed) {
   for (DType dtype : {DType::BF16, DType::F16})
     for (int64_t head_dim : {64, 128})
       for (const Pattern& pattern : varlen_patterns()) {
-        VarlenCase c;
+        VarlenCase c = base;
         c.pattern = pattern;
         c.dtype = c.out_dtype = dtype;
         c.head_dim = head_dim;
@@ -116,23 +115,20 @@ TEST_P(GpuVarlen, MatchesEachSequenceAlone) {
       }
 }
 
+class GpuVarlen : public ForcedKernelTest {};
+
+TEST_P(GpuVarlen, MatchesEachSequenceAlone) { expect_every_pattern_matches(VarlenCase{}, 100); }
+
 // Chunks of queries after cached keys: query i of sequence b at position
 // i + Lk(b) - Lq(b), so tiles of mask rows start before a sequence's first
 // query (shifts that are and are not multiples of the tile), and a chunk of
 // one query (decoding).
 TEST_P(GpuVarlen, QueryChunksAfterCachedKeys) {
-  uint64_t seed = 150;
-  for (DType dtype : {DType::BF16, DType::F16})
-    for (int64_t head_dim : {64, 128})
-      for (const Pattern& pattern : varlen_patterns()) {
-        VarlenCase c;
-        c.pattern = pattern;
-        c.dtype = c.out_dtype = dtype;
-        c.head_dim = head_dim;
-        c.lengths = {100, 1, 17, 0, 1000, 128, 0, 200, 64, 1};
-        c.k_lengths = {300, 530, 530, 5, 1000, 256, 0, 713, 1000, 1};
-        expect_varlen_matches_reference(c, seed++);
-      }
+  VarlenCase chunks;
+  chunks.lengths = {100, 1, 17, 0, 1000, 128, 0, 200, 64, 1};
+  chunks.k_lengths = {300, 530, 530, 5, 1000, 256, 0, 713, 1000, 1};
+  expect_every_pattern_matches(chunks, 150);
+  uint64_t seed = 186;  // next after the 2 x 2 x 9 cases above
   // Mask blocks smaller and larger than the tile, fp32 out, and split rows
   // under a shift: the global row at position 4300 lies in a chunk of 300
   // queries over 4500 keys (shift 4200) and is split into several pieces.

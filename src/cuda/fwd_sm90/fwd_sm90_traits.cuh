@@ -43,6 +43,9 @@ struct Sm90Traits {
   // forever): 128 x 24 + 256 x 240 = 64512.
   static constexpr int kProducerRegisters = 24;
   static constexpr int kConsumerRegisters = 240;
+  static constexpr int kRegisterPool = kThreads * (65536 / kThreads / 8 * 8);  // launch bound: one CTA per SM
+  static_assert(128 * kProducerRegisters + kConsumerThreads * kConsumerRegisters <= kRegisterPool,
+                "setmaxnreg stays within the CTA's register pool");
 
   static constexpr int kPanelCols = 128 / static_cast<int>(sizeof(T));  // elements per 128-byte row
   static constexpr int kPanels = kHeadDim / kPanelCols;

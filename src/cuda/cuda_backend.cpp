@@ -92,13 +92,6 @@ cuda_detail::FwdParams make_params(const TensorView& q, const TensorView& k, con
   return kernel_params(q, k, v, out, scale, lse);
 }
 
-
-// The tile of the kernel that runs a call: the sm90 kernel's for the head
-// dim, or the sm80 kernel's.
-cuda_detail::TileShape kernel_tile(bool sm90, int64_t head_dim) {
-  return sm90 ? cuda_detail::sm90_tile(head_dim) : cuda_detail::kSm80Tile;
-}
-
 // Whether the Hopper kernel runs this call (choose_sm90 with the mask's fit).
 bool use_sm90(const cuda_detail::FwdParams& p, const BlockMask& mask) {
   const cuda_detail::TileShape tile = cuda_detail::sm90_tile(p.head_dim);
@@ -117,7 +110,7 @@ void run_fused(cuda_detail::FwdParams p, DType dtype, bool sm90, cudaStream_t s)
       cuda_detail::run_fwd_sm80(p, dtype, s);
   };
   if (p.plan.num_split_rows == 0) return run();
-  const int64_t rows = kernel_tile(sm90, p.head_dim).rows;
+  const int64_t rows = cuda_detail::kernel_tile(sm90, p.head_dim).rows;
   const int64_t o_floats = cuda_detail::partial_o_floats(p, rows);
   const int64_t lse_floats = cuda_detail::partial_lse_floats(p, rows);
   cuda_detail::ScopedScratch scratch(static_cast<size_t>(o_floats + lse_floats) * sizeof(float), s);
@@ -134,7 +127,7 @@ void run_fused(cuda_detail::FwdParams p, DType dtype, bool sm90, cudaStream_t s)
 // (sm90 or not).
 void run_dilated_split(const cuda_detail::DilatedSplit& split, const cuda_detail::FwdParams& p, DType dtype,
                        bool sm90, cudaStream_t s) {
-  const cuda_detail::TileShape tile = kernel_tile(sm90, p.head_dim);
+  const cuda_detail::TileShape tile = cuda_detail::kernel_tile(sm90, p.head_dim);
   cuda_detail::PermuteGeometry g;
   g.batch = p.batch;
   g.heads = p.q_heads;
@@ -256,7 +249,7 @@ void cuda_attention(const TensorView& q, const TensorView& k, const TensorView& 
     cuda_detail::check_fwd_sm80_head_dim(p.head_dim);
     cuda_detail::check_tile_fit(mask, cuda_detail::kSm80Tile);
   }
-  const cuda_detail::TileShape tile = kernel_tile(sm90, p.head_dim);
+  const cuda_detail::TileShape tile = cuda_detail::kernel_tile(sm90, p.head_dim);
   // The split's full runs depend on the tile (dilated_split.hpp), so it is made for the chosen kernel.
   const std::shared_ptr<const cuda_detail::DilatedSplit> split = cuda_detail::dilated_split(mask, tile);
   if (split && split->query_heads == p.q_heads) return run_dilated_split(*split, p, q.dtype, sm90, s);
@@ -290,7 +283,7 @@ void cuda_attention_varlen(const TensorView& q, const TensorView& k, const Tenso
   p.varlen.total_k = k.seq_len();
   const auto s = static_cast<cudaStream_t>(stream);
   p.mask = cuda_detail::device_mask(mask, s);
-  p.plan = cuda_detail::device_tile_plan(mask, kernel_tile(sm90, p.head_dim), s);
+  p.plan = cuda_detail::device_tile_plan(mask, cuda_detail::kernel_tile(sm90, p.head_dim), s);
   run_fused(p, q.dtype, sm90, s);
 }
 

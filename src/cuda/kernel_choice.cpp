@@ -1,11 +1,13 @@
-// cuda/kernel_choice.cpp - which fused kernel runs a call (kernel_choice.hpp)
-// and the public choice (spattn/cuda.hpp: cuda_set_kernel, cuda_kernel,
-// cuda_sm90_kernel_available), initialised from SPATTN_CUDA_KERNEL.
+// cuda/kernel_choice.cpp - which fused kernel runs a call and its tile
+// (kernel_choice.hpp), and the public choice (spattn/cuda.hpp:
+// cuda_set_kernel, cuda_kernel, cuda_sm90_kernel_available), initialised
+// from SPATTN_CUDA_KERNEL.
 #include "cuda/kernel_choice.hpp"
 
 #include <atomic>
 #include <cstdlib>
 
+#include "cuda/fwd_sm80/fwd_sm80.hpp"
 #include "cuda/fwd_sm90/fwd_sm90.hpp"
 #include "spattn/cuda.hpp"
 #include "spattn/error.hpp"
@@ -67,6 +69,8 @@ bool choose_sm90(const std::string& caller, int64_t head_dim, bool tile_fits,
   }
   return tile_fits;
 }
+
+TileShape kernel_tile(bool sm90, int64_t head_dim) { return sm90 ? sm90_tile(head_dim) : kSm80Tile; }
 
 }  // namespace cuda_detail
 }  // namespace spattn

@@ -1,11 +1,13 @@
-// cuda/kernel_choice.hpp - which fused kernel runs a call: the one decision
-// shared by attention (cuda_backend.cpp) and dynamic attention
+// cuda/kernel_choice.hpp - which fused kernel runs a call, and its tile: the
+// one decision shared by attention (cuda_backend.cpp) and dynamic attention
 // (select/dynamic_attention.cu).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <string>
+
+#include "cuda/plan/tile_plan.hpp"
 
 namespace spattn::cuda_detail {
 
@@ -17,5 +19,9 @@ namespace spattn::cuda_detail {
 // `caller` and the reason; for the tile, `explain_misfit` throws it.
 bool choose_sm90(const std::string& caller, int64_t head_dim, bool tile_fits,
                  const std::function<void()>& explain_misfit);
+
+// The tile of the kernel that runs a call: the sm90 kernel's for the head
+// dim, or the sm80 kernel's.
+TileShape kernel_tile(bool sm90, int64_t head_dim);
 
 }  // namespace spattn::cuda_detail

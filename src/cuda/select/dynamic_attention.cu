@@ -123,7 +123,7 @@ struct DynamicAttention::Items {
 DynamicAttention::DynamicAttention(const SelectConfig& config, const SelectShape& shape)
     : shape_(shape),
       sm90_(use_sm90(config, shape.head_dim)),
-      tile_(sm90_ ? sm90_tile(shape.head_dim) : kSm80Tile) {
+      tile_(kernel_tile(sm90_, shape.head_dim)) {
   require(config.block_q % tile_.rows == 0, "CUDA dynamic attention: block_q must be a multiple of ", tile_.rows,
           ", got ", config.block_q);
   require(config.block_k % tile_.cols == 0, "CUDA dynamic attention: block_k must be a multiple of ", tile_.cols,

@@ -54,37 +54,15 @@ __global__ void __launch_bounds__(kThreadsPerCta)
   }
 }
 
-// Stream-ordered scratch of the build, returned when the scope ends.
-class BuildScratch {
- public:
-  BuildScratch(size_t bytes, cudaStream_t stream) : stream_(stream), ptr_(scratch_alloc(bytes, stream)) {}
-  ~BuildScratch() { cudaFreeAsync(ptr_, stream_); }  // cannot fail for a live pool allocation
-  BuildScratch(const BuildScratch&) = delete;
-  BuildScratch& operator=(const BuildScratch&) = delete;
-  char* get() const { return static_cast<char*>(ptr_); }
-
- private:
-  cudaStream_t stream_;
-  void* ptr_;
-};
-
 size_t align_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
+// `count` elements of T in owned device memory.
 template <typename T>
-T* device_alloc(int64_t count, const char* what) {
-  void* p = nullptr;
-  check_cuda(cudaMalloc(&p, static_cast<size_t>(count > 0 ? count : 1) * sizeof(T)), what);
-  return static_cast<T*>(p);
+DevicePtr device_array(int64_t count, const char* what) {
+  return device_alloc(static_cast<size_t>(count > 0 ? count : 0) * sizeof(T), what);
 }
 
 }  // namespace
-
-DeviceMaskArrays::~DeviceMaskArrays() {
-  // cudaFree(nullptr) is a no-op; errors at process teardown are ignored on purpose.
-  cudaFree(row_offsets_);
-  cudaFree(kv_indices_);
-  cudaFree(kv_full_);
-}
 
 std::unique_ptr<DeviceMaskArrays> build_mask_on_device(const Pattern& pattern, const MaskShape& shape,
                                                        const DeviceExprs& exprs, cudaStream_t stream) {
@@ -113,7 +91,8 @@ std::unique_ptr<DeviceMaskArrays> build_mask_on_device(const Pattern& pattern, c
   const int64_t slots = g.rows * g.lanes_per_row;
 
   auto out = std::make_unique<DeviceMaskArrays>();
-  out->row_offsets_ = device_alloc<int64_t>(g.rows + 1, "cudaMalloc of the mask's row offsets");
+  out->row_offsets_ = device_array<int64_t>(g.rows + 1, "cudaMalloc of the mask's row offsets");
+  auto* row_offsets = static_cast<int64_t*>(out->row_offsets_.get());
 
   // Scratch: lane counts, lane offsets (one more entry: the total), CUB's temp.
   size_t scan_bytes = 0;
@@ -122,10 +101,11 @@ std::unique_ptr<DeviceMaskArrays> build_mask_on_device(const Pattern& pattern, c
              "cub::DeviceScan::InclusiveSum (size query)");
   const size_t counts_bytes = align_up(static_cast<size_t>(slots) * sizeof(int64_t));
   const size_t offsets_bytes = align_up(static_cast<size_t>(slots + 1) * sizeof(int64_t));
-  BuildScratch scratch(counts_bytes + offsets_bytes + scan_bytes, stream);
-  auto* lane_counts = reinterpret_cast<int64_t*>(scratch.get());
-  auto* lane_offsets = reinterpret_cast<int64_t*>(scratch.get() + counts_bytes);
-  void* scan_temp = scratch.get() + counts_bytes + offsets_bytes;
+  ScopedScratch scratch(counts_bytes + offsets_bytes + scan_bytes, stream);
+  char* const scratch_bytes = static_cast<char*>(scratch.get());
+  auto* lane_counts = reinterpret_cast<int64_t*>(scratch_bytes);
+  auto* lane_offsets = reinterpret_cast<int64_t*>(scratch_bytes + counts_bytes);
+  void* scan_temp = scratch_bytes + counts_bytes + offsets_bytes;
 
   const dim3 grid(static_cast<unsigned>(ceil_div(slots, kThreadsPerCta)));
   const dim3 block(kThreadsPerCta);
@@ -141,10 +121,11 @@ std::unique_ptr<DeviceMaskArrays> build_mask_on_device(const Pattern& pattern, c
   check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize for the block count");
 
   out->num_blocks_ = total;
-  out->kv_indices_ = device_alloc<int32_t>(total, "cudaMalloc of the mask's kv_indices");
-  out->kv_full_ = device_alloc<uint8_t>(total, "cudaMalloc of the mask's kv_full");
-  walk_rows_kernel<true><<<grid, block, 0, stream>>>(g, nullptr, lane_offsets, out->row_offsets_,
-                                                     out->kv_indices_, out->kv_full_);
+  out->kv_indices_ = device_array<int32_t>(total, "cudaMalloc of the mask's kv_indices");
+  out->kv_full_ = device_array<uint8_t>(total, "cudaMalloc of the mask's kv_full");
+  auto* kv_indices = static_cast<int32_t*>(out->kv_indices_.get());
+  auto* kv_full = static_cast<uint8_t*>(out->kv_full_.get());
+  walk_rows_kernel<true><<<grid, block, 0, stream>>>(g, nullptr, lane_offsets, row_offsets, kv_indices, kv_full);
   check_launch("device mask build: fill kernel");
 
   BlockMaskView& v = out->view_;
@@ -155,9 +136,9 @@ std::unique_ptr<DeviceMaskArrays> build_mask_on_device(const Pattern& pattern, c
   v.num_q_blocks = g.num_q_blocks;
   v.num_k_blocks = g.num_k_blocks;
   v.num_heads = mask_heads;
-  v.row_offsets = out->row_offsets_;
-  v.kv_indices = out->kv_indices_;
-  v.kv_full = out->kv_full_;
+  v.row_offsets = row_offsets;
+  v.kv_indices = kv_indices;
+  v.kv_full = kv_full;
   return out;
 }
 

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "cuda/common/device_buffer.hpp"
 #include "cuda/plan/device_exprs.hpp"
 #include "spattn/block_mask.hpp"
 
@@ -24,7 +25,6 @@ namespace spattn::cuda_detail {
 class DeviceMaskArrays {
  public:
   DeviceMaskArrays() = default;
-  ~DeviceMaskArrays();
   DeviceMaskArrays(const DeviceMaskArrays&) = delete;
   DeviceMaskArrays& operator=(const DeviceMaskArrays&) = delete;
 
@@ -38,9 +38,9 @@ class DeviceMaskArrays {
                                                                 const DeviceExprs&, cudaStream_t);
   BlockMaskView view_;
   int64_t num_blocks_ = 0;
-  int64_t* row_offsets_ = nullptr;
-  int32_t* kv_indices_ = nullptr;
-  uint8_t* kv_full_ = nullptr;
+  DevicePtr row_offsets_;  // int64_t
+  DevicePtr kv_indices_;   // int32_t
+  DevicePtr kv_full_;      // uint8_t
 };
 
 // Builds the plan of `pattern` for `shape` on the current device; `exprs` is

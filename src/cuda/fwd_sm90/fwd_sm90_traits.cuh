@@ -40,9 +40,10 @@ struct Sm90Traits {
   static constexpr int kExp2PolyEvery = kHeadDim <= 64 ? 8 : 0;  // online_softmax.cuh: helps at D = 64 only
   // Registers per thread after setmaxnreg, within the CTA's pool of 384 x 168
   // (the launch bound's count; a larger total would leave setmaxnreg waiting
-  // forever): 128 x 24 + 256 x 240 = 64512.
-  static constexpr int kProducerRegisters = 24;
-  static constexpr int kConsumerRegisters = 240;
+  // forever): 128 x 40 + 256 x 232 = 64512. With 24 for the producer, which
+  // locates and hands over the work units, it spilled; the consumers fit 232.
+  static constexpr int kProducerRegisters = 40;
+  static constexpr int kConsumerRegisters = 232;
   static constexpr int kRegisterPool = kThreads * (65536 / kThreads / 8 * 8);  // launch bound: one CTA per SM
   static_assert(128 * kProducerRegisters + kConsumerThreads * kConsumerRegisters <= kRegisterPool,
                 "setmaxnreg stays within the CTA's register pool");

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cuda/common/row_key_bits.hpp"
+#include "cuda/fwd_sm90/work_units.hpp"
 #include "cuda/plan/dilated_split.hpp"
 #include "cuda/plan/tile_plan.hpp"
 #include "gpu_test_support.hpp"
@@ -97,6 +98,121 @@ TEST(CudaTilePlan, SplitsRowsFarLongerThanTheAverage) {
   const HostTilePlan plan = cuda_detail::make_tile_plan(mask, TileShape{128, 64});
   EXPECT_EQ(plan.split_rows.size(), 2u);  // the query tiles holding tokens 0, 1 and 3000
   expect_items_cover_every_row_once(mask, plan, TileShape{128, 64});
+}
+
+// Each band starts at the first item no longer than 2/3 of the previous
+// band's first; empty items (rows without a kept block) share the last band;
+// the bands end at the item count.
+void expect_length_bands(const HostTilePlan& plan) {
+  ASSERT_GE(plan.band_first.size(), 2u);
+  EXPECT_EQ(plan.band_first.front(), 0);
+  EXPECT_EQ(plan.band_first.back(), static_cast<int32_t>(plan.items.size()));
+  const auto length = [&](int32_t n) {
+    const cuda_detail::WorkItem& item = plan.items[static_cast<size_t>(n)];
+    return item.end - item.begin;
+  };
+  for (size_t k = 0; k + 1 < plan.band_first.size(); ++k) {
+    const int32_t first = plan.band_first[k], end = plan.band_first[k + 1];
+    ASSERT_LT(first, end);
+    for (int32_t n = first; n < end; ++n)
+      EXPECT_TRUE(3 * length(n) > 2 * length(first) || length(first) == 0) << "item " << n;
+    if (end < static_cast<int32_t>(plan.items.size())) {
+      EXPECT_LE(3 * length(end), 2 * length(first));
+      EXPECT_GT(length(first), 0);  // an empty first item would be the last band
+    }
+  }
+}
+
+TEST(CudaTilePlan, LengthBandsCoverTheItemsInOrder) {
+  // Causal rows of 1..47 tiles.
+  const HostTilePlan causal = cuda_detail::make_tile_plan(
+      BlockMask::build(Pattern::causal(), MaskShape{6000, 6000, 128, 128, 2}), TileShape{128, 128});
+  expect_length_bands(causal);
+  EXPECT_EQ(causal.band_first.size(), 10u);  // bands start at rows of 47, 31, 20, 13, 8, 5, 3, 2, 1 tiles
+  // More queries than keys: 96 of 128 causal rows have no key at all.
+  const HostTilePlan empty_rows = cuda_detail::make_tile_plan(
+      BlockMask::build(Pattern::causal(), MaskShape{16384, 4096, 128, 128, 1}), TileShape{128, 128});
+  expect_length_bands(empty_rows);
+  EXPECT_EQ(empty_rows.band_first.end()[-2], 32);  // the empty rows: one band after the 32 others
+}
+
+// Every unit number below the count names one (item, copy), each exactly
+// once; copy-major units run band after band, copy after copy inside one.
+void expect_units_cover_items_and_copies(const HostTilePlan& plan, int64_t batch, int64_t q_heads,
+                                         cuda_detail::UnitOrder order) {
+  SCOPED_TRACE("unit order " + std::to_string(static_cast<int>(order)));
+  cuda_detail::FwdParams p;
+  p.batch = batch;
+  p.q_heads = q_heads;
+  p.kv_heads = 1;
+  p.plan.blocks.num_heads = 1;
+  p.plan.items = plan.items.data();
+  p.plan.num_items = static_cast<int64_t>(plan.items.size());
+  p.plan.band_first = plan.band_first.data();
+  p.plan.num_bands = static_cast<int64_t>(plan.band_first.size()) - 1;
+  const cuda_detail::Sm90Units units(p, cuda_detail::Sm90Schedule{nullptr, order});
+  ASSERT_EQ(units.count, p.plan.num_items * batch * q_heads);
+  std::vector<int> seen(static_cast<size_t>(units.count), 0);
+  int64_t last_band = 0, last_copy = 0;
+  for (uint32_t unit = 0; unit < units.count; ++unit) {
+    const cuda_detail::UnitPlace place = cuda_detail::locate_unit(p.plan, units, unit);
+    ASSERT_LT(place.item, units.items);
+    ASSERT_LT(place.copy, units.copies);
+    ++seen[place.item * units.copies + place.copy];
+    if (order == cuda_detail::UnitOrder::kCopyMajorBanded) {
+      const int64_t band = std::upper_bound(plan.band_first.begin(), plan.band_first.end(),
+                                            static_cast<int32_t>(place.item)) - plan.band_first.begin() - 1;
+      EXPECT_GE(band, last_band);
+      EXPECT_TRUE(band > last_band || place.copy >= last_copy) << "unit " << unit;
+      last_band = band;
+      last_copy = place.copy;
+    }
+  }
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), units.count);
+  EXPECT_EQ(cuda_detail::locate_unit(p.plan, units, static_cast<uint32_t>(units.count)).item, cuda_detail::kNoItem);
+}
+
+TEST(CudaTilePlan, WorkUnitsNameEveryItemAndCopyOnce) {
+  const HostTilePlan plan = cuda_detail::make_tile_plan(
+      BlockMask::build(Pattern::causal(), MaskShape{16384, 4096, 128, 128, 1}), TileShape{128, 128});
+  for (cuda_detail::UnitOrder order : {cuda_detail::UnitOrder::kItemMajor, cuda_detail::UnitOrder::kCopyMajor,
+                                       cuda_detail::UnitOrder::kCopyMajorBanded})
+    expect_units_cover_items_and_copies(plan, 3, 5, order);
+  HostTilePlan none;  // no items: no units
+  none.band_first = {0};
+  cuda_detail::FwdParams p;
+  p.batch = p.q_heads = p.kv_heads = p.plan.blocks.num_heads = 1;
+  p.plan.band_first = none.band_first.data();
+  const cuda_detail::Sm90Units units(p, cuda_detail::Sm90Schedule{nullptr, cuda_detail::UnitOrder::kCopyMajorBanded});
+  EXPECT_EQ(units.count, 0);
+  EXPECT_EQ(cuda_detail::locate_unit(p.plan, units, 0).item, cuda_detail::kNoItem);
+}
+
+// The order a launch of 132 CTAs over 16 heads of causal rows (bf16, D = 128)
+// gets: item-major while every head's keys and values fit in a 50 MB L2,
+// banded copy-major while the longest row is more than 1/8 of the work per
+// CTA, plain copy-major on longer grids and for items built on the device.
+TEST(CudaTilePlan, UnitOrderFollowsL2AndTheGridsTail) {
+  using cuda_detail::UnitOrder;
+  const auto order = [](int64_t seq) {
+    const HostTilePlan host = cuda_detail::make_tile_plan(
+        BlockMask::build(Pattern::causal(), MaskShape{seq, seq, 128, 128, 1}), TileShape{128, 128});
+    EXPECT_EQ(host.max_item_entries, seq / 128);
+    EXPECT_EQ(host.total_item_entries, (seq / 128) * (seq / 128 + 1) / 2);
+    cuda_detail::DeviceTilePlanView view;
+    view.band_first = host.band_first.data();
+    view.num_bands = static_cast<int64_t>(host.band_first.size()) - 1;
+    view.max_item_entries = host.max_item_entries;
+    view.total_item_entries = host.total_item_entries;
+    const int64_t kv_bytes = 2 * 16 * seq * 128 * 2;
+    return cuda_detail::choose_unit_order(view, 16, 132, kv_bytes, 50 << 20);
+  };
+  EXPECT_EQ(order(4096), UnitOrder::kItemMajor);
+  EXPECT_EQ(order(8192), UnitOrder::kCopyMajorBanded);   // longest row 64 of 252 entries per CTA
+  EXPECT_EQ(order(16384), UnitOrder::kCopyMajorBanded);  // 128 of 1000
+  EXPECT_EQ(order(32768), UnitOrder::kCopyMajor);        // 256 of 3987
+  cuda_detail::DeviceTilePlanView device_items;          // lengths unknown, no bands
+  EXPECT_EQ(cuda_detail::choose_unit_order(device_items, 16, 132, 1 << 30, 50 << 20), UnitOrder::kCopyMajor);
 }
 
 TEST(CudaTilePlan, AgreesWithTheMaskForEveryBlockSize) {

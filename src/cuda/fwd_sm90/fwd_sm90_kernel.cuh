@@ -50,6 +50,7 @@
 #include "cuda/common/tile_walk.cuh"
 #include "cuda/fwd_sm90/fwd_sm90_traits.cuh"
 #include "cuda/fwd_sm90/tensor_maps.hpp"
+#include "cuda/fwd_sm90/work_units.hpp"
 #include "spattn/pattern_terms.hpp"
 
 namespace spattn::cuda_detail {
@@ -58,40 +59,17 @@ namespace spattn::cuda_detail {
 // tile of such a plan has only full sub-blocks, so it is never evaluated).
 __device__ const PatternExpr kNoPatternExpr{};
 
-// How work unit numbers map to (plan item, batch, head): the grid's units are
-// the plan's items times `copies` = batch x heads per mask head, copy-major
-// (unit = copy x items + item), so the CTAs running at one time work on the
-// same head and share its keys and values in L2 (same-run A/B on an H100,
-// 32K, H = 16, D = 128: random blocks 438 -> 569, BigBird 339 -> 382, dense
-// 597 -> 626 TFLOP/s; the sm80 kernel, two CTAs per SM and no persistent
-// grid, did not gain and keeps item-major order); each copy's items run
-// longest first. The counts are divided once per role, and
-// every unit is decoded in 32-bit arithmetic (64-bit division is a long
-// software routine); the launch checks that the unit count fits.
-struct Sm90Units {
-  uint32_t heads_per_mask_head, copies, items, q_tiles, q_per_kv;
-  int64_t count;
-  __device__ __forceinline__ explicit Sm90Units(const FwdParams& p)
-      : heads_per_mask_head(static_cast<uint32_t>(p.q_heads / p.plan.blocks.num_heads)),
-        copies(static_cast<uint32_t>(p.batch) * heads_per_mask_head),
-        items(static_cast<uint32_t>(p.plan.num_items)),
-        q_tiles(static_cast<uint32_t>(p.plan.num_q_tiles)),
-        q_per_kv(static_cast<uint32_t>(p.q_heads / p.kv_heads)),
-        count(p.plan.num_items * copies) {}
-};
-
 // One work unit of the persistent grid: a plan item for one (batch, head).
 struct Sm90Work {
   WorkItem item;
   int64_t copy = 0, b = 0, h = 0, kv_head = 0;
   int64_t row0 = 0;  // the tile's first mask row (its first query row: row0 - SequenceSpan::mask_row_offset)
 
-  __device__ __forceinline__ static Sm90Work at(const FwdParams& p, const Sm90Units& units, int64_t unit,
+  __device__ __forceinline__ static Sm90Work at(const FwdParams& p, const Sm90Units& units, UnitPlace place,
                                                 int64_t block_m) {
-    const uint32_t u = static_cast<uint32_t>(unit);
     Sm90Work w;
-    w.item = p.plan.items[u % units.items];
-    const uint32_t copy = u / units.items, row = static_cast<uint32_t>(w.item.row);
+    w.item = p.plan.items[place.item];
+    const uint32_t copy = place.copy, row = static_cast<uint32_t>(w.item.row);
     w.copy = copy;
     w.b = copy / units.heads_per_mask_head;
     const uint32_t h = row / units.q_tiles * units.heads_per_mask_head + copy % units.heads_per_mask_head;
@@ -127,7 +105,7 @@ struct Sm90Smem {
   __device__ __forceinline__ uint32_t unit_free(int slot) const {
     return base + Tr::kBarrierOffset + 16 + 8 * (4 * Tr::kStages + Tr::kUnitSlots + slot);
   }
-  __device__ __forceinline__ uint32_t unit(int slot) const { return base + Tr::kUnitOffset + 4 * slot; }
+  __device__ __forceinline__ uint32_t unit(int slot) const { return base + Tr::kUnitOffset + 8 * slot; }
 };
 
 // A ring position: the stage and the parity of its current use.
@@ -143,31 +121,32 @@ struct RingSlot {
   }
 };
 
-// The work units of a CTA, handed from the producer thread to the consumers
-// through kUnitSlots shared-memory slots (each with a full and a free
-// mbarrier). The producer draws them: first blockIdx.x, then gridDim.x plus
-// the next value of a global counter zeroed before the launch, so a CTA that
-// finishes early takes more work (a static stride over the units left up to
-// 4% of the time idle at the end of causal grids); a number >= units.count
-// ends both roles' loops.
+// The work units of a CTA, located (plan item, copy) by the producer thread
+// and handed to the consumers through kUnitSlots shared-memory slots (each
+// with a full and a free mbarrier). The producer draws them: first
+// blockIdx.x, then gridDim.x plus the next value of a global counter zeroed
+// before the launch, so a CTA that finishes early takes more work (a static
+// stride over the units left up to 4% of the time idle at the end of causal
+// grids); kNoItem ends both roles' loops.
 template <typename Tr>
 struct UnitRing {
   static_assert((Tr::kUnitSlots & (Tr::kUnitSlots - 1)) == 0, "slot and parity come from one counter");
   uint32_t uses = 0;  // slots used so far: slot uses % kUnitSlots, parity (uses / kUnitSlots) % 2
   __device__ __forceinline__ int slot() const { return static_cast<int>(uses % Tr::kUnitSlots); }
   __device__ __forceinline__ uint32_t parity() const { return (uses / Tr::kUnitSlots) & 1u; }
-  __device__ __forceinline__ void post(const Sm90Smem<Tr>& sm, uint32_t unit) {  // producer
+  __device__ __forceinline__ void post(const Sm90Smem<Tr>& sm, UnitPlace place) {  // producer
     mbarrier_wait(sm.unit_free(slot()), parity() ^ 1u);
-    st_shared_u32(sm.unit(slot()), unit);
+    st_shared_u32(sm.unit(slot()), place.item);
+    st_shared_u32(sm.unit(slot()) + 4, place.copy);
     mbarrier_arrive(sm.unit_full(slot()));
     ++uses;
   }
-  __device__ __forceinline__ uint32_t take(const Sm90Smem<Tr>& sm) {  // every consumer thread
+  __device__ __forceinline__ UnitPlace take(const Sm90Smem<Tr>& sm) {  // every consumer thread
     mbarrier_wait(sm.unit_full(slot()), parity());
-    const uint32_t unit = ld_shared_u32(sm.unit(slot()));
+    const UnitPlace place{ld_shared_u32(sm.unit(slot())), ld_shared_u32(sm.unit(slot()) + 4)};
     mbarrier_arrive(sm.unit_free(slot()));
     ++uses;
-    return unit;
+    return place;
   }
 };
 
@@ -191,9 +170,10 @@ __device__ __forceinline__ void produce(const FwdParams& p, const Sm90TensorMaps
   UnitRing<Tr> ring;
   uint32_t q_loads = 0;
   for (uint32_t unit = blockIdx.x;; unit = gridDim.x + atomicAdd(unit_counter, 1u)) {
-    ring.post(sm, unit);
-    if (unit >= units.count) break;
-    const Sm90Work w = Sm90Work::at(p, units, unit, Tr::kBlockM);
+    const UnitPlace place = locate_unit(plan, units, unit);
+    ring.post(sm, place);
+    if (place.item == kNoItem) break;
+    const Sm90Work w = Sm90Work::at(p, units, place, Tr::kBlockM);
     const SequenceSpan seq = sequence_span(p, w.b);
     const int64_t q0 = w.row0 - seq.mask_row_offset;
     TileWalk walk = TileWalk::entries(w.item.begin, w.item.end);
@@ -447,17 +427,17 @@ __device__ __forceinline__ void consume(const FwdParams& p, const Sm90Smem<Tr>& 
   const IssueOrder schedule{group};
   schedule.start();
   UnitRing<Tr> ring;
-  for (uint32_t unit = ring.take(sm); unit < units.count; unit = ring.take(sm))
-    consume_unit<Tr>(p, sm, desc, Sm90Work::at(p, units, unit, Tr::kBlockM), units.copies, slot, q_parity, schedule,
+  for (UnitPlace place = ring.take(sm); place.item != kNoItem; place = ring.take(sm))
+    consume_unit<Tr>(p, sm, desc, Sm90Work::at(p, units, place, Tr::kBlockM), units.copies, slot, q_parity, schedule,
                      warp, lane);
 }
 
 template <typename Tr>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
-    fwd_sm90_kernel(const FwdParams p, const __grid_constant__ Sm90TensorMaps maps, uint32_t* unit_counter) {
+    fwd_sm90_kernel(const FwdParams p, const __grid_constant__ Sm90TensorMaps maps, const Sm90Schedule schedule) {
   extern __shared__ __align__(1024) unsigned char smem[];
   const Sm90Smem<Tr> sm{(smem_address(smem) + 1023u) & ~1023u};
-  const Sm90Units units(p);
+  const Sm90Units units(p, schedule);
 
   if (threadIdx.x == 0) {
     mbarrier_init(sm.q_full(), 1);
@@ -478,7 +458,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 
   if (threadIdx.x < 128) {
     warpgroup_release_registers<Tr::kProducerRegisters>();
-    if (threadIdx.x == 0) produce<Tr>(p, maps, sm, units, unit_counter);
+    if (threadIdx.x == 0) produce<Tr>(p, maps, sm, units, schedule.counter);
   } else {
     warpgroup_claim_registers<Tr::kConsumerRegisters>();
     consume<Tr>(p, sm, units);

@@ -15,7 +15,7 @@
 //   K, V stage s kPanels x (kBlockN keys x 128 B) each, kStages stages
 //   mbarriers    Q full / Q free, per stage K full, V full, K free, V free,
 //                per unit slot unit full, unit free
-//   unit slots   kUnitSlots work unit numbers (int32)
+//   unit slots   kUnitSlots located work units (plan item, copy: 2 x uint32)
 #pragma once
 
 #include <cstdint>
@@ -57,13 +57,13 @@ struct Sm90Traits {
   static constexpr uint32_t kKOffset = kQBytes;
   static constexpr uint32_t kVOffset = kKOffset + kStages * kKVBytes;
   static constexpr uint32_t kBarrierOffset = kVOffset + kStages * kKVBytes;
-  // Work units handed from the producer to the consumers: a ring of unit
-  // numbers, each slot with a full and a free mbarrier.
+  // Work units handed from the producer to the consumers: a ring of located
+  // units (plan item, copy), each slot with a full and a free mbarrier.
   static constexpr int kUnitSlots = 4;
   static constexpr int kBarriers = 2 + 4 * kStages + 2 * kUnitSlots;
   static constexpr uint32_t kUnitOffset = kBarrierOffset + kBarriers * 8;
   // 1024 bytes of slack: the dynamic shared memory is aligned to 1024 by hand.
-  static constexpr int kSmemBytes = static_cast<int>(kUnitOffset) + kUnitSlots * 4 + 1024;
+  static constexpr int kSmemBytes = static_cast<int>(kUnitOffset) + kUnitSlots * 8 + 1024;
 
   static_assert(kHeadDim % kPanelCols == 0, "head dim is a whole number of 128-byte panels");
   static_assert(kMAtoms * kNAtoms * 4 <= 64, "the partial-tile mask is one 64-bit word per thread");

@@ -179,6 +179,10 @@ DeviceTilePlanView device_tile_plan(const BlockMask& mask, TileShape tile, cudaS
   view.sub = host.sub;
   view.items = upload(e->arrays, host.items);
   view.num_items = static_cast<int64_t>(host.items.size());
+  view.band_first = upload(e->arrays, host.band_first);
+  view.num_bands = static_cast<int64_t>(host.band_first.size()) - 1;
+  view.max_item_entries = host.max_item_entries;
+  view.total_item_entries = host.total_item_entries;
   view.split_rows = upload(e->arrays, host.split_rows);
   view.num_split_rows = static_cast<int64_t>(host.split_rows.size());
   view.num_slots = host.num_slots;

@@ -35,6 +35,10 @@ struct DeviceTilePlanView {
   SubBlockGrid sub;
   const WorkItem* items = nullptr;  // most work first
   int64_t num_items = 0;
+  const int32_t* band_first = nullptr;  // num_bands + 1 entries (tile_plan.hpp); null: one band
+  int64_t num_bands = 0;
+  int64_t max_item_entries = 0;    // the longest item's plan entries (0: unknown, items built on the device)
+  int64_t total_item_entries = 0;  // all items' plan entries
   const SplitRow* split_rows = nullptr;
   int64_t num_split_rows = 0;
   int64_t num_slots = 0;  // partial-result slots of split rows

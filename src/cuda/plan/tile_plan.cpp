@@ -139,6 +139,15 @@ void split_and_order(const BlockMask& mask, TileShape tile, HostTilePlan& plan) 
   }
   std::stable_sort(plan.items.begin(), plan.items.end(),
                    [](const WorkItem& a, const WorkItem& b) { return a.end - a.begin > b.end - b.begin; });
+  const auto length = [&](size_t n) { return plan.items[n].end - plan.items[n].begin; };
+  for (size_t n = 0; n < plan.items.size(); ++n) {
+    const int64_t band_length = plan.band_first.empty() ? 0 : length(static_cast<size_t>(plan.band_first.back()));
+    if (plan.band_first.empty() || (band_length > 0 && 3 * length(n) <= 2 * band_length))
+      plan.band_first.push_back(static_cast<int32_t>(n));
+    plan.total_item_entries += length(n);
+  }
+  plan.band_first.push_back(static_cast<int32_t>(plan.items.size()));
+  plan.max_item_entries = plan.items.empty() ? 0 : length(0);
 }
 
 int64_t sub_blocks_per_tile(const BlockMask& mask, TileShape tile) {

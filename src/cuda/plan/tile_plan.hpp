@@ -68,6 +68,15 @@ struct HostTilePlan {
   std::vector<uint64_t> sub_full;
   SubBlockGrid sub;
   std::vector<WorkItem> items;  // most key tiles first
+  // Length bands of `items`: band k is items [band_first[k], band_first[k + 1]),
+  // each item longer than 2/3 of the band's first (empty items, rows without
+  // a kept block, share one last band); the last entry is items.size(). A
+  // persistent grid that runs each band head by head keeps both its
+  // longest-first order and, within a band, one head's keys and values
+  // shared in L2 (fwd_sm90/work_units.hpp).
+  std::vector<int32_t> band_first;
+  int64_t max_item_entries = 0;    // the longest item's entries (items[0])
+  int64_t total_item_entries = 0;  // all items' entries
   std::vector<SplitRow> split_rows;
   int32_t num_slots = 0;
 };

@@ -1,0 +1,99 @@
+// cuda/fwd_sm90/work_units.hpp - the work units of the Hopper kernel's
+// persistent grid and their order: which (plan item, copy) a unit number
+// stands for. Host and device code (the tests check the mapping on the host).
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/common/fwd_params.hpp"
+#include "cuda/plan/device_plan_view.hpp"
+#include "spattn/hd.hpp"
+
+namespace spattn::cuda_detail {
+
+// The order of the work units (Sm90Units). Item-major where the keys and
+// values of all heads fit in L2; otherwise copy-major, in length bands where
+// the grid is short enough for the tail to matter (choose_unit_order).
+enum class UnitOrder : int32_t { kItemMajor, kCopyMajor, kCopyMajorBanded };
+
+// What the launch passes beside the parameters: `counter` gives the units
+// after each CTA's first (UnitRing), `order` their order.
+struct Sm90Schedule {
+  uint32_t* counter;
+  UnitOrder order;
+};
+
+// The grid's units are the plan's items times `copies` = batch x heads per
+// mask head. Item-major (unit = item x copies + copy) starts the longest
+// items of every head first. Copy-major runs the items copy by copy (head by
+// head for a mask shared by the heads; a per-head mask's items already hold
+// the head), longest first, so the CTAs running at one time mostly read the
+// same head's keys and values and find them in L2 (same-run A/B on an H100,
+// 32K, H = 16, D = 128, against item-major: random blocks 438 -> 569,
+// BigBird 339 -> 382, dense 597 -> 626 TFLOP/s). Banded copy-major does so
+// within each length band of the plan (tile_plan.hpp, band_first), so the
+// order stays longest first to within the band's factor 3/2. The counts are
+// divided once per role, and units are decoded in 32-bit arithmetic (64-bit
+// division is a long software routine); the launch checks that the unit
+// count fits.
+struct Sm90Units {
+  uint32_t heads_per_mask_head, copies, items, q_tiles, q_per_kv;
+  int64_t count;
+  UnitOrder order;
+  SPATTN_HD Sm90Units(const FwdParams& p, const Sm90Schedule& schedule)
+      : heads_per_mask_head(static_cast<uint32_t>(p.q_heads / p.plan.blocks.num_heads)),
+        copies(static_cast<uint32_t>(p.batch) * heads_per_mask_head),
+        items(static_cast<uint32_t>(p.plan.num_items)),
+        q_tiles(static_cast<uint32_t>(p.plan.num_q_tiles)),
+        q_per_kv(static_cast<uint32_t>(p.q_heads / p.kv_heads)),
+        count(p.plan.num_items * copies),
+        order(schedule.order) {}
+};
+
+// The order for a launch of `ctas` CTAs over `copies` copies of the plan,
+// whose keys and values take `kv_bytes` against an L2 of `l2_bytes`.
+// Plain copy-major lets the last copy's longest item start near the end of
+// the grid; that costs little while the longest item is short against the
+// work per CTA (at most 1/8 of it: 32K causal rows at 16 heads, 6%), and
+// bands, which read every head's keys and values once per band, cost more
+// there (same-run A/B on an H100, bf16, D = 128: 32K causal 632 -> 618,
+// BigBird 397 -> 386 TFLOP/s with bands). Shorter grids run in bands (8K
+// causal rows at 16 heads, 25%: 564 -> 606). A plan of unknown item lengths
+// (items built on the device) runs plain copy-major.
+inline UnitOrder choose_unit_order(const DeviceTilePlanView& plan, int64_t copies, int64_t ctas, int64_t kv_bytes,
+                                   int64_t l2_bytes) {
+  if (kv_bytes <= l2_bytes) return UnitOrder::kItemMajor;
+  const bool long_tail = 8 * plan.max_item_entries * ctas > plan.total_item_entries * copies;
+  return plan.band_first != nullptr && long_tail ? UnitOrder::kCopyMajorBanded : UnitOrder::kCopyMajor;
+}
+
+// A work unit located: its plan item and its copy (batch x heads per mask
+// head + head in the mask head); kNoItem ends the loops.
+struct UnitPlace {
+  uint32_t item, copy;
+};
+constexpr uint32_t kNoItem = 0xffffffffu;
+
+// The unit's place; a binary search over the bands (once per unit, by the
+// producer thread).
+SPATTN_HD UnitPlace locate_unit(const DeviceTilePlanView& plan, const Sm90Units& units, uint32_t unit) {
+  if (unit >= units.count) return {kNoItem, 0};
+  if (units.order == UnitOrder::kItemMajor) return {unit / units.copies, unit % units.copies};
+  uint32_t first = 0, end = units.items;
+  if (units.order == UnitOrder::kCopyMajorBanded) {
+    int64_t low = 0, high = plan.num_bands;  // copies x band_first[low] <= unit < copies x band_first[high]
+    while (high - low > 1) {
+      const int64_t mid = (low + high) / 2;
+      if (units.copies * static_cast<uint32_t>(plan.band_first[mid]) <= unit)
+        low = mid;
+      else
+        high = mid;
+    }
+    first = static_cast<uint32_t>(plan.band_first[low]);
+    end = static_cast<uint32_t>(plan.band_first[low + 1]);
+  }
+  const uint32_t within = unit - units.copies * first, band_items = end - first;
+  return {first + within % band_items, within / band_items};
+}
+
+}  // namespace spattn::cuda_detail

@@ -16,11 +16,12 @@
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/plan/device_exprs.hpp"
 #include "spattn/error.hpp"
+#include "spattn/pattern_terms.hpp"
 
 namespace spattn::cuda_detail {
 namespace {
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+using pattern_math::ceil_div;
 
 // One device allocation, freed on destruction.
 class DeviceArray {

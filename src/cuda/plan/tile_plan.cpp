@@ -11,11 +11,12 @@
 #include <numeric>
 
 #include "spattn/error.hpp"
+#include "spattn/pattern_terms.hpp"
 
 namespace spattn::cuda_detail {
 namespace {
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+using pattern_math::ceil_div;
 
 int32_t log2_exact(int64_t x) {
   int32_t s = 0;

@@ -17,6 +17,7 @@
 #include "cuda/plan/device_plan.hpp"
 #include "spattn/cuda.hpp"
 #include "spattn/error.hpp"
+#include "spattn/pattern_terms.hpp"
 
 namespace spattn::cuda_detail {
 namespace {
@@ -29,24 +30,41 @@ struct ItemArgs {
   uint64_t* keys = nullptr;         // each item's sort key (order_key)
   int32_t* order = nullptr;         // each item's index (the sorted values)
   int64_t batch = 0, mask_heads = 0, num_q_tiles = 0, num_q_blocks = 0, tiles_per_block = 1, capacity = 0;
-  int count_bits = 1;
+  int count_bits = 1, head_bits = 1, class_bits = 1;
 };
 
-// The key that orders a batch's items longest first, batch after batch, in
-// one ascending sort: the batch index above capacity - count.
-__device__ __forceinline__ uint64_t order_key(int64_t b, int32_t count, const ItemArgs& a) {
-  return static_cast<uint64_t>(b) << a.count_bits | static_cast<uint64_t>(a.capacity - count);
+// The length class of a row of `count` entries: classes step by a factor
+// sqrt(2) (class 2e for counts in [2^e, 2^e sqrt 2), 2e + 1 up to 2^(e+1));
+// an empty row is in the class after every other.
+__host__ __device__ __forceinline__ int length_class(int64_t count) {
+  if (count <= 0) return 0;
+  int e = 0;
+  while ((int64_t{2} << e) <= count) ++e;
+  return 2 * e + (count * count >= (int64_t{2} << (2 * e)) ? 1 : 0);
 }
 
-// Item n of a batch element covers query tile num_q_tiles - 1 - n / mask_heads
-// of mask head n % mask_heads (the last tiles, the longest causal rows,
-// first): the used slots of the mask row that holds the tile.
+// The key that orders the items of a batch element, batch after batch, in
+// one ascending sort: length classes longest first, each class head by head,
+// each head's rows longest first (so the CTAs running at one time read one
+// head's keys and values, which stay in L2, while the grid still starts its
+// longest rows first to within a factor sqrt(2)).
+__device__ __forceinline__ uint64_t order_key(int64_t b, int64_t head, int32_t count, const ItemArgs& a) {
+  const int top = length_class(a.capacity);
+  const uint64_t class_rank = count > 0 ? static_cast<uint64_t>(top - length_class(count)) : top + 1;
+  const int low_bits = a.count_bits + a.head_bits;
+  return static_cast<uint64_t>(b) << (low_bits + a.class_bits) | class_rank << low_bits |
+         static_cast<uint64_t>(head) << a.count_bits | static_cast<uint64_t>(a.capacity - count);
+}
+
+// Item n of a batch element covers query tile num_q_tiles - 1 - n % num_q_tiles
+// of mask head n / num_q_tiles: the used slots of the mask row that holds
+// the tile.
 __global__ void __launch_bounds__(kItemThreads) items_kernel(const ItemArgs a) {
   const int64_t per_batch = a.mask_heads * a.num_q_tiles;
   const int64_t id = static_cast<int64_t>(blockIdx.x) * kItemThreads + threadIdx.x;
   if (id >= a.batch * per_batch) return;
   const int64_t b = id / per_batch, n = id % per_batch;
-  const int64_t head = n % a.mask_heads, tile = a.num_q_tiles - 1 - n / a.mask_heads;
+  const int64_t head = n / a.num_q_tiles, tile = a.num_q_tiles - 1 - n % a.num_q_tiles;
   const int64_t mask_row = head * a.num_q_blocks + tile / a.tiles_per_block;
   const int32_t count = a.counts[b * a.mask_heads * a.num_q_blocks + mask_row];
   WorkItem w;
@@ -55,7 +73,7 @@ __global__ void __launch_bounds__(kItemThreads) items_kernel(const ItemArgs a) {
   w.row = static_cast<int32_t>(head * a.num_q_tiles + tile);
   w.slot = -1;
   a.items[id] = w;
-  a.keys[id] = order_key(b, count, a);
+  a.keys[id] = order_key(b, head, count, a);
   a.order[id] = static_cast<int32_t>(id);
 }
 
@@ -73,7 +91,7 @@ int bits_for(int64_t max_value) {
   return bits;
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+using pattern_math::ceil_div;
 
 // Whether the attention of the dynamic path runs on the Hopper kernel: the
 // library's kernel choice (cuda_kernel()), where the device, the build, the
@@ -95,7 +113,7 @@ bool use_sm90(const SelectConfig& config, int64_t head_dim) {
 // allocated once so that make_items allocates nothing.
 struct DynamicAttention::Items {
   int64_t count = 0;
-  int count_bits = 1, key_bits = 1;
+  int count_bits = 1, head_bits = 1, class_bits = 1, key_bits = 1;
   DevicePtr data;           // WorkItem[count], ordered: what the kernel reads
   DevicePtr in_tile_order;  // WorkItem[count]
   DevicePtr keys;           // uint64_t[2 * count]: in, out
@@ -103,8 +121,12 @@ struct DynamicAttention::Items {
   DevicePtr sort_scratch;
   size_t sort_scratch_bytes = 0;
 
-  Items(int64_t batch, int64_t per_batch, int64_t capacity)
-      : count(batch * per_batch), count_bits(bits_for(capacity)), key_bits(count_bits + bits_for(batch - 1)),
+  Items(int64_t batch, int64_t mask_heads, int64_t per_batch, int64_t capacity)
+      : count(batch * per_batch),
+        count_bits(bits_for(capacity)),
+        head_bits(bits_for(mask_heads - 1)),
+        class_bits(bits_for(length_class(capacity) + 1)),
+        key_bits(count_bits + head_bits + class_bits + bits_for(batch - 1)),
         data(device_alloc(sizeof(WorkItem) * count, "cudaMalloc(work items)")),
         in_tile_order(device_alloc(sizeof(WorkItem) * count, "cudaMalloc(work items in tile order)")),
         keys(device_alloc(sizeof(uint64_t) * 2 * count, "cudaMalloc(work item keys)")),
@@ -142,7 +164,7 @@ DynamicAttention::DynamicAttention(const SelectConfig& config, const SelectShape
   const int64_t per_batch = selector_->mask_heads() * num_q_tiles_;
   require(shape.batch * per_batch <= INT32_MAX, "CUDA dynamic attention: ", shape.batch * per_batch,
           " work items (batch x mask heads x query tiles) exceed 2^31 - 1");
-  items_ = std::make_unique<Items>(shape.batch, per_batch, selector_->capacity());
+  items_ = std::make_unique<Items>(shape.batch, selector_->mask_heads(), per_batch, selector_->capacity());
 }
 
 DynamicAttention::~DynamicAttention() = default;
@@ -167,13 +189,15 @@ void DynamicAttention::make_items(cudaStream_t stream) {
   a.tiles_per_block = shape_mask_.block_q() / tile_.rows;
   a.capacity = selector_->capacity();
   a.count_bits = it.count_bits;
+  a.head_bits = it.head_bits;
+  a.class_bits = it.class_bits;
   const auto blocks = static_cast<unsigned>(ceil_div(it.count, kItemThreads));
   items_kernel<<<blocks, kItemThreads, 0, stream>>>(a);
   check_launch("items_kernel");
-  // Longest rows first within each batch element (the kernels start the
-  // items in this order, so rows of very different length, as a mass
-  // threshold selects, spread evenly); the radix sort is stable, so equal
-  // rows keep tile order.
+  // Within each batch element: length classes longest first, head by head
+  // inside a class (order_key; the kernels start the items in this order, so
+  // rows of very different length, as a mass threshold selects, spread
+  // evenly).
   size_t scratch_bytes = it.sort_scratch_bytes;
   check_cuda(cub::DeviceRadixSort::SortPairs(it.sort_scratch.get(), scratch_bytes, it.key(0), it.key(it.count),
                                              it.index(0), it.index(it.count), static_cast<int>(it.count), 0,

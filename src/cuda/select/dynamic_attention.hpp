@@ -3,15 +3,17 @@
 //
 // The forward kernel (sm90 where cuda_attention would choose it and the block
 // sizes are multiples of its tile, sm90_tile, else sm80) walks a mask whose
-// block sizes are multiples of its tile through its own arrays and reaches a row's entries only through
-// the work items' [begin, end) ranges. So it can read the selector's slot
-// layout directly (fixed `capacity` entries per row, the first `count` used:
-// kv_indices = slots, kv_full = slot full flags) and the packing into
-// contiguous BlockMask arrays is skipped. The work items, one per (mask head,
-// query tile), none split, are written by items_kernel from the device row
-// counts after every selection and ordered longest first (a CUB radix sort
-// per batch element, so that rows of very different length, as a mass
-// threshold selects them, spread evenly over the persistent grid). Blocks that causality cuts are partial and
+// block sizes are multiples of its tile through its own arrays and reaches a
+// row's entries only through the work items' [begin, end) ranges. So it can
+// read the selector's slot layout directly (fixed `capacity` entries per
+// row, the first `count` used: kv_indices = slots, kv_full = slot full flags)
+// and the packing into contiguous BlockMask arrays is skipped. The work
+// items, one per (mask head, query tile), none split, are written by
+// items_kernel from the device row counts after every selection and ordered
+// by a CUB radix sort per batch element: length classes longest first (rows
+// of very different length, as a mass threshold selects them, spread evenly
+// over the persistent grid), head by head inside a class (one head's keys
+// and values in L2 at a time). Blocks that causality cuts are partial and
 // take the causal predicate from the device copy of a causal BlockMask of the
 // same shape (`shape_mask`, made once, also used to validate the tensors).
 // select() and attend() allocate, copy and wait for nothing: they can be

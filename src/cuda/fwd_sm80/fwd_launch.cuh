@@ -5,6 +5,7 @@
 #pragma once
 
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/device_info.hpp"
 #include "cuda/common/split_combine.hpp"
 #include "cuda/fwd_sm80/fwd_kernel.cuh"
 #include "cuda/fwd_sm80/fwd_sm80.hpp"
@@ -16,8 +17,7 @@ void launch_fwd_sm80(const FwdParams& p, cudaStream_t stream) {
   using Tr = FwdTraits<T, kHeadDim>;
   static_assert(Tr::kBlockM == kSm80Tile.rows && Tr::kBlockN == kSm80Tile.cols, "tile plan and kernel tile agree");
   const auto kernel = fwd_sm80_kernel<Tr>;
-  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes),
-             "cudaFuncSetAttribute(fwd_sm80 shared memory)");
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Tr::kSmemBytes, "fwd_sm80");
   const int64_t ctas = p.plan.num_items * p.batch * (p.q_heads / p.plan.blocks.num_heads);
   require(ctas <= 0x7fffffff, "CUDA backend: ", ctas, " work items exceed the grid limit");
   kernel<<<static_cast<unsigned>(ctas), Tr::kThreads, Tr::kSmemBytes, stream>>>(p);

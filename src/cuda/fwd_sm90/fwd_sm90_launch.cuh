@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/device_info.hpp"
 #include "cuda/common/scratch_pool.hpp"
 #include "cuda/common/split_combine.hpp"
 #include "cuda/fwd_sm90/fwd_sm90.hpp"
@@ -36,23 +37,18 @@ void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   maps.v = make_tile_tensor_map(p.v, dtype, map_batch, p.kv_heads, k_rows, kHeadDim, Tr::kBlockN);
 
   const auto kernel = fwd_sm90_kernel<Tr>;
-  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes),
-             "cudaFuncSetAttribute(fwd_sm90 shared memory)");
-  int device = 0, sms = 0;
-  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Tr::kSmemBytes, "fwd_sm90");
+  const DeviceInfo& device = current_device_info();
   const int64_t units = p.plan.num_items * p.batch * (p.q_heads / p.plan.blocks.num_heads);
   require(units <= INT32_MAX, "CUDA sm90 kernel: ", units,
           " work units (plan items x batch x query heads per mask head) exceed 2^31 - 1");
-  const int64_t ctas = std::min<int64_t>(units, sms);
+  const int64_t ctas = std::min<int64_t>(units, device.sms);
   if (ctas > 0) {
     ScopedScratch unit_counter(sizeof(uint32_t), stream);  // the units drawn after each CTA's first
     check_cuda(cudaMemsetAsync(unit_counter.get(), 0, sizeof(uint32_t), stream), "cudaMemsetAsync(unit counter)");
-    int l2_bytes = 0;
-    check_cuda(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device), "cudaDeviceGetAttribute(L2)");
     const int64_t kv_bytes = 2 * map_batch * p.kv_heads * k_rows * kHeadDim * static_cast<int64_t>(sizeof(T));
     const Sm90Schedule schedule{static_cast<uint32_t*>(unit_counter.get()),
-                                choose_unit_order(p.plan, units / p.plan.num_items, ctas, kv_bytes, l2_bytes)};
+                                choose_unit_order(p.plan, units / p.plan.num_items, ctas, kv_bytes, device.l2_bytes)};
     kernel<<<static_cast<unsigned>(ctas), Tr::kThreads, Tr::kSmemBytes, stream>>>(p, maps, schedule);
     check_launch("fwd_sm90 kernel launch");
   }

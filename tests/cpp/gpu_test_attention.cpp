@@ -127,6 +127,25 @@ TEST(GpuAttention, RowsWithoutKeysAndFp32Output) {
   expect_matches_reference(pr, 702);
 }
 
+// Output rows 4-byte but not 16-byte aligned (the output starts 2 elements
+// past a 16-byte boundary): the kernels store them 4 bytes at a time; odd
+// lengths leave rows of the last tile outside the sequence.
+TEST(GpuAttention, OutputRowsNotSixteenByteAligned) {
+  SPATTN_REQUIRE_GPU();
+  uint64_t seed = 720;
+  for (DType dtype : {DType::BF16, DType::F16})
+    for (Layout layout : {Layout::BHLD, Layout::BLHD}) {
+      GpuProblem pr;
+      pr.pattern = Pattern::causal();
+      pr.dtype = pr.out_dtype = dtype;
+      pr.layout = layout;
+      pr.q_len = pr.k_len = 1000;
+      pr.head_dim = 128;
+      pr.out_offset = 2;
+      expect_matches_reference(pr, seed++);
+    }
+}
+
 TEST(GpuAttention, MaskBlockSizesIndependentOfTile) {
   SPATTN_REQUIRE_GPU();
   std::mt19937_64 rng(800);

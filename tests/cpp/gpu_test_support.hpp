@@ -68,16 +68,20 @@ inline std::string forced_kernel_name(const ::testing::TestParamInfo<CudaKernel>
   return info.param == CudaKernel::Sm80 ? "sm80" : "sm90";
 }
 
-// A device buffer holding the same bytes (and strides) as a host tensor.
+// A device buffer holding the same bytes (and strides) as a host tensor,
+// optionally starting `front_elems` elements after the allocation's (256-byte
+// aligned) start.
 class DeviceTensor {
  public:
-  explicit DeviceTensor(const HostTensor& host) : bytes_(host.bytes.size()) {
-    cuda_ok(cudaMalloc(&ptr_, bytes_), "cudaMalloc");
+  explicit DeviceTensor(const HostTensor& host, int64_t front_elems = 0)
+      : bytes_(host.bytes.size()), front_(static_cast<size_t>(front_elems) * dtype_size(host.view.dtype)) {
+    cuda_ok(cudaMalloc(&base_, front_ + bytes_), "cudaMalloc");
+    ptr_ = static_cast<unsigned char*>(base_) + front_;
     cuda_ok(cudaMemcpy(ptr_, host.bytes.data(), bytes_, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
     view_ = host.view;
     view_.data = ptr_;
   }
-  ~DeviceTensor() { cudaFree(ptr_); }
+  ~DeviceTensor() { cudaFree(base_); }
   DeviceTensor(const DeviceTensor&) = delete;
   DeviceTensor& operator=(const DeviceTensor&) = delete;
 
@@ -89,8 +93,9 @@ class DeviceTensor {
   }
 
  private:
+  void* base_ = nullptr;
   void* ptr_ = nullptr;
-  size_t bytes_;
+  size_t bytes_, front_;
   TensorView view_;
 };
 
@@ -105,13 +110,17 @@ struct GpuProblem {
   // Inputs: q and k drawn N(0, amplitude^2), key j then scaled by
   // 1 + key_growth * j / k_len (scores that rise along a row), v N(0, 1).
   double amplitude = 1.0, key_growth = 0.0;
+  // The output starts this many elements after a 16-byte boundary (the
+  // kernels store rows that are not 16-byte aligned 4 bytes at a time).
+  int64_t out_offset = 0;
 
   std::string describe() const {
     return std::string(dtype_name(dtype)) + " B" + std::to_string(batch) + " Hq" + std::to_string(q_heads) +
            " Hkv" + std::to_string(kv_heads) + " Lq" + std::to_string(q_len) + " Lk" + std::to_string(k_len) +
            " D" + std::to_string(head_dim) + " blocks " + std::to_string(block_q) + "x" +
            std::to_string(block_k) + (layout == Layout::BLHD ? " blhd" : " bhld") +
-           (out_dtype == DType::F32 ? " out fp32" : "") + (naive ? " naive" : "") + " " +
+           (out_dtype == DType::F32 ? " out fp32" : "") +
+           (out_offset != 0 ? " out +" + std::to_string(out_offset) : "") + (naive ? " naive" : "") + " " +
            pattern.describe();
   }
 };
@@ -146,7 +155,7 @@ inline GpuErrors run_on_gpu(const GpuProblem& pr, uint64_t seed) {
   out.poison();
   lse.poison();
 
-  DeviceTensor dq(q), dk(k), dv(v), dout(out), dlse(lse);
+  DeviceTensor dq(q), dk(k), dv(v), dout(out, pr.out_offset), dlse(lse);
   dout.poison();
   dlse.poison();
   const double scale = 1.0 / std::sqrt(static_cast<double>(pr.head_dim));

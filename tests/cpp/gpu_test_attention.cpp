@@ -128,8 +128,9 @@ TEST(GpuAttention, RowsWithoutKeysAndFp32Output) {
 }
 
 // Output rows 4-byte but not 16-byte aligned (the output starts 2 elements
-// past a 16-byte boundary): the kernels store them 4 bytes at a time; odd
-// lengths leave rows of the last tile outside the sequence.
+// past a 16-byte boundary): the kernels store them 4 bytes at a time; a
+// length that is not a multiple of the tile leaves rows of the last tile
+// outside the sequence.
 TEST(GpuAttention, OutputRowsNotSixteenByteAligned) {
   SPATTN_REQUIRE_GPU();
   uint64_t seed = 720;

@@ -1,7 +1,8 @@
 // cuda/common/device_info.hpp - what a launch needs to know about the current
 // device (its SM count, its L2 size) and the dynamic shared-memory limit of
 // a kernel, each asked of the runtime once per device instead of at every
-// launch.
+// launch. Like the mask plans cached on the device, these do not survive a
+// cudaDeviceReset.
 #pragma once
 
 namespace spattn::cuda_detail {

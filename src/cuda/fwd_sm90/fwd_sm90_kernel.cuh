@@ -5,7 +5,8 @@
 //
 // Persistent grid: CTA c runs work unit c, then units drawn from a counter
 // (UnitRing), of the plan's items (longest first, tile_plan.hpp) times
-// (batch, head in the mask head), numbered copy-major (Sm90Units).
+// (batch, head in the mask head), in the order the launch chooses
+// (work_units.hpp: item-major, copy-major, or copy-major in length bands).
 // Per work unit both roles walk the same kept key tiles (tile_walk.cuh):
 //   producer (one thread): for each kept tile, into the next free stage of
 //     the ring: K(n) on "K full", V(n) on "V full"; only kept tiles are ever

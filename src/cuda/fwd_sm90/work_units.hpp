@@ -59,7 +59,7 @@ struct Sm90Units {
 // there (same-run A/B on an H100, bf16, D = 128: 32K causal 632 -> 618,
 // BigBird 397 -> 386 TFLOP/s with bands). Shorter grids run in bands (8K
 // causal rows at 16 heads, 25%: 564 -> 606). A plan of unknown item lengths
-// (items built on the device) runs plain copy-major.
+// (items built on the device) never runs in bands.
 inline UnitOrder choose_unit_order(const DeviceTilePlanView& plan, int64_t copies, int64_t ctas, int64_t kv_bytes,
                                    int64_t l2_bytes) {
   if (kv_bytes <= l2_bytes) return UnitOrder::kItemMajor;

@@ -1,7 +1,7 @@
 // cuda/select/dynamic_attention.cu - DynamicAttention (dynamic_attention.hpp):
 // the selector, the work items of the forward kernel built on the device from
-// the selected row counts and ordered longest first, and one forward launch
-// per batch element on the selector's slots.
+// the selected row counts and ordered by length class and head (order_key),
+// and one forward launch per batch element on the selector's slots.
 #include "cuda/select/dynamic_attention.hpp"
 
 #include <cub/device/device_radix_sort.cuh>
@@ -26,16 +26,16 @@ constexpr int kItemThreads = 256;
 
 struct ItemArgs {
   const int32_t* counts = nullptr;  // the selector's row counts, (B, mask_heads * num_q_blocks)
-  WorkItem* items = nullptr;        // (B, mask_heads * num_q_tiles), in tile order
+  WorkItem* items = nullptr;        // (B, mask_heads * num_q_tiles), numbered as items_kernel says
   uint64_t* keys = nullptr;         // each item's sort key (order_key)
   int32_t* order = nullptr;         // each item's index (the sorted values)
   int64_t batch = 0, mask_heads = 0, num_q_tiles = 0, num_q_blocks = 0, tiles_per_block = 1, capacity = 0;
   int count_bits = 1, head_bits = 1, class_bits = 1;
 };
 
-// The length class of a row of `count` entries: classes step by a factor
-// sqrt(2) (class 2e for counts in [2^e, 2^e sqrt 2), 2e + 1 up to 2^(e+1));
-// an empty row is in the class after every other.
+// The length class of a row of `count` >= 1 entries: classes step by a
+// factor sqrt(2) (class 2e for counts in [2^e, 2^e sqrt 2), 2e + 1 up to
+// 2^(e+1)). (order_key puts empty rows after every class.)
 __host__ __device__ __forceinline__ int length_class(int64_t count) {
   if (count <= 0) return 0;
   int e = 0;
@@ -47,7 +47,8 @@ __host__ __device__ __forceinline__ int length_class(int64_t count) {
 // one ascending sort: length classes longest first, each class head by head,
 // each head's rows longest first (so the CTAs running at one time read one
 // head's keys and values, which stay in L2, while the grid still starts its
-// longest rows first to within a factor sqrt(2)).
+// longest rows first to within a factor sqrt(2)). The selector's counts are
+// at most `capacity`.
 __device__ __forceinline__ uint64_t order_key(int64_t b, int64_t head, int32_t count, const ItemArgs& a) {
   const int top = length_class(a.capacity);
   const uint64_t class_rank = count > 0 ? static_cast<uint64_t>(top - length_class(count)) : top + 1;
@@ -108,14 +109,14 @@ bool use_sm90(const SelectConfig& config, int64_t head_dim) {
 
 }  // namespace
 
-// The work items and what ordering them needs: the items in tile order, the
+// The work items and what ordering them needs: the items as numbered, the
 // sort's keys and values in and out, and the radix sort's scratch, all
 // allocated once so that make_items allocates nothing.
 struct DynamicAttention::Items {
   int64_t count = 0;
   int count_bits = 1, head_bits = 1, class_bits = 1, key_bits = 1;
   DevicePtr data;           // WorkItem[count], ordered: what the kernel reads
-  DevicePtr in_tile_order;  // WorkItem[count]
+  DevicePtr in_tile_order;  // WorkItem[count], as items_kernel numbers them
   DevicePtr keys;           // uint64_t[2 * count]: in, out
   DevicePtr order;          // int32_t[2 * count]: in, out
   DevicePtr sort_scratch;
@@ -131,6 +132,8 @@ struct DynamicAttention::Items {
         in_tile_order(device_alloc(sizeof(WorkItem) * count, "cudaMalloc(work items in tile order)")),
         keys(device_alloc(sizeof(uint64_t) * 2 * count, "cudaMalloc(work item keys)")),
         order(device_alloc(sizeof(int32_t) * 2 * count, "cudaMalloc(work item order)")) {
+    require(key_bits <= 64, "CUDA dynamic attention: the work item sort key needs ", key_bits,
+            " bits (batch ", batch, ", mask heads ", mask_heads, ", ", capacity, " blocks per row); at most 64");
     check_cuda(cub::DeviceRadixSort::SortPairs(nullptr, sort_scratch_bytes, key(0), key(count), index(0),
                                                index(count), static_cast<int>(count), 0, key_bits),
                "cub::DeviceRadixSort (scratch size)");

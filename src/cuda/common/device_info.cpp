@@ -35,7 +35,6 @@ const DeviceInfo& current_device_info() {
   const auto found = infos.find(device);
   if (found != infos.end()) return found->second;
   DeviceInfo info;
-  info.device = device;
   check_cuda(cudaDeviceGetAttribute(&info.sms, cudaDevAttrMultiProcessorCount, device),
              "cudaDeviceGetAttribute(multiprocessor count)");
   check_cuda(cudaDeviceGetAttribute(&info.l2_bytes, cudaDevAttrL2CacheSize, device),

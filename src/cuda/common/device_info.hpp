@@ -8,7 +8,6 @@
 namespace spattn::cuda_detail {
 
 struct DeviceInfo {
-  int device = 0;
   int sms = 0;       // multiprocessors
   int l2_bytes = 0;  // L2 cache size
 };

@@ -376,6 +376,19 @@ TEST(CudaRowKeyBits, SpanFormAgreesWithThePredicate) {
   EXPECT_GT(rows_with_span_form, 1000);
 }
 
+TEST(CudaRowKeyBits, DivisionShortcutsAgreeWithPlainDivision) {
+  const int64_t big = int64_t{1} << 40;
+  for (int64_t m = 1; m <= 40; ++m)
+    for (const int64_t base : {int64_t{0}, big, -big})
+      for (int64_t x = base - 300; x <= base + 300; ++x) {
+        const int64_t r = x % m;
+        ASSERT_EQ(cuda_detail::positive_mod(x, m), r < 0 ? r + m : r) << x << " mod " << m;
+        if (x >= 0) {
+          ASSERT_EQ(cuda_detail::nonnegative_div(x, m), x / m) << x << " / " << m;
+        }
+      }
+}
+
 // A small problem on the device with its own buffers.
 struct SmallProblem {
   BlockMask mask = BlockMask::build(Pattern::streaming(8, 100), MaskShape{300, 300, 64, 64, 2});

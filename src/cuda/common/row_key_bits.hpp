@@ -36,15 +36,36 @@ SPATTN_HD int64_t clamp_param(int64_t x) { return x < kSpanInfinity ? x : kSpanI
 
 SPATTN_HD bool fits_int32(int64_t x) { return x >= -2147483647 && x <= 2147483647; }
 
-// x mod m in [0, m) for m > 0; 32-bit arithmetic when both fit (64-bit
-// division is a long subroutine on the GPU).
+SPATTN_HD bool is_power_of_two(int64_t m) { return (m & (m - 1)) == 0; }
+
+// log2 of a power of two.
+SPATTN_HD int log2_of_power_of_two(int64_t m) {
+#if defined(__CUDA_ARCH__)
+  return __ffsll(m) - 1;
+#else
+  return __builtin_ctzll(static_cast<unsigned long long>(m));
+#endif
+}
+
+// x mod m in [0, m) for m > 0. Division is a long instruction sequence on the
+// GPU (a subroutine in 64 bits), and partial tiles evaluate several per row:
+// a mask when m is a power of two (two's complement gives the residue of a
+// negative x too), else 32-bit arithmetic when both fit.
 SPATTN_HD int64_t positive_mod(int64_t x, int64_t m) {
+  if (is_power_of_two(m)) return x & (m - 1);
   if (fits_int32(x) && fits_int32(m)) {
     const int32_t r = static_cast<int32_t>(x) % static_cast<int32_t>(m);
     return r < 0 ? r + m : r;
   }
   const int64_t r = x % m;
   return r < 0 ? r + m : r;
+}
+
+// x / m for x >= 0 and m > 0, cheap in the same ways as positive_mod.
+SPATTN_HD int64_t nonnegative_div(int64_t x, int64_t m) {
+  if (is_power_of_two(m)) return x >> log2_of_power_of_two(m);
+  if (fits_int32(x) && fits_int32(m)) return static_cast<int32_t>(x) / static_cast<int32_t>(m);
+  return x / m;
 }
 
 // Index of the first of the thread's columns at or after tile column x
@@ -78,16 +99,16 @@ SPATTN_HD uint32_t span_bits(int64_t lo, int64_t hi, int64_t stride, int64_t res
   // Column k is kept when (k / 2) * 8 + (k % 2) + base is a multiple of stride.
   const int m = static_cast<int>(stride);
   const int base = static_cast<int>(positive_mod(k0 + first_col - residue, stride));
-  if (8 % m == 0) {  // (k / 2) * 8 is a multiple of m: only k % 2 + base decides
-    const uint32_t even = base % m == 0 ? 0x55555555u : 0u;
-    const uint32_t odd = (base + 1) % m == 0 ? 0xAAAAAAAAu : 0u;
+  if (m <= 8 && is_power_of_two(m)) {  // (k / 2) * 8 is a multiple of m: only k % 2 + base (< m) decides
+    const uint32_t even = base == 0 ? 0x55555555u : 0u;
+    const uint32_t odd = base + 1 == m ? 0xAAAAAAAAu : 0u;
     return run & (even | odd);
   }
   uint32_t bits = 0;
   SPATTN_ROLLED_LOOP
   for (int k = k_lo; k < k_hi; ++k) {
     const int x = (k >> 1) * 8 + (k & 1) + base;
-    if ((m & (m - 1)) == 0 ? (x & (m - 1)) == 0 : x % m == 0) bits |= 1u << k;
+    if (is_power_of_two(m) ? (x & (m - 1)) == 0 : x % m == 0) bits |= 1u << k;
   }
   return bits;
 }

@@ -138,13 +138,13 @@ __device__ __forceinline__ uint64_t excluded_bits(const FwdParams& p, const Sequ
       stride = x.rate;
       key_residue = residue;
     } else {
-      const int64_t g = i / x.group, start = x.first_position + g * x.segment + residue;
-      const int64_t qb = (start + (i - g * x.group) * x.rate - x.shift) / x.block_q;
+      const int64_t g = nonnegative_div(i, x.group), start = x.first_position + g * x.segment + residue;
+      const int64_t qb = nonnegative_div(start + (i - g * x.group) * x.rate - x.shift, x.block_q);
       const int32_t* run = x.runs + 2 * ((x.runs_per_head ? h : 0) * x.num_q_blocks + qb);
       const int64_t first = run[0] - start, last = run[1] - 1 - start;  // key offsets from the group start
       if (last < 0 || first > last) continue;
-      const int64_t b_lo = first <= 0 ? 0 : (first + x.rate - 1) / x.rate;
-      const int64_t b_hi = last / x.rate < x.group - 1 ? last / x.rate : x.group - 1;
+      const int64_t b_lo = first <= 0 ? 0 : nonnegative_div(first + x.rate - 1, x.rate);
+      const int64_t b_last = nonnegative_div(last, x.rate), b_hi = b_last < x.group - 1 ? b_last : x.group - 1;
       lo = g * x.group + b_lo;
       hi = g * x.group + b_hi;
     }

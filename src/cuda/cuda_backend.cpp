@@ -183,6 +183,7 @@ void run_dilated_split(const cuda_detail::DilatedSplit& split, const cuda_detail
   perm.exclude = rest.exclude;
   perm.exclude.kind = cuda_detail::Exclusion::FullRuns;
   perm.exclude.group = split.group;
+  perm.exclude.first_position = split.first_position;
   perm.exclude.shift = p.k_len - p.q_len;
   perm.exclude.block_q = split.rest.block_q();
   perm.exclude.num_q_blocks = split.rest.num_q_blocks();

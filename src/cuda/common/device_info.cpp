@@ -35,6 +35,10 @@ const DeviceInfo& current_device_info() {
   const auto found = infos.find(device);
   if (found != infos.end()) return found->second;
   DeviceInfo info;
+  check_cuda(cudaDeviceGetAttribute(&info.major, cudaDevAttrComputeCapabilityMajor, device),
+             "cudaDeviceGetAttribute(compute capability major)");
+  check_cuda(cudaDeviceGetAttribute(&info.minor, cudaDevAttrComputeCapabilityMinor, device),
+             "cudaDeviceGetAttribute(compute capability minor)");
   check_cuda(cudaDeviceGetAttribute(&info.sms, cudaDevAttrMultiProcessorCount, device),
              "cudaDeviceGetAttribute(multiprocessor count)");
   check_cuda(cudaDeviceGetAttribute(&info.l2_bytes, cudaDevAttrL2CacheSize, device),

@@ -1,5 +1,6 @@
 // cuda/common/device_info.hpp - what a launch needs to know about the current
-// device (its SM count, its L2 size) and the dynamic shared-memory limit of
+// device (its compute capability, SM count, L2 size) and the dynamic
+// shared-memory limit of
 // a kernel, each asked of the runtime once per device instead of at every
 // launch. Like the mask plans cached on the device, these do not survive a
 // cudaDeviceReset.
@@ -8,7 +9,8 @@
 namespace spattn::cuda_detail {
 
 struct DeviceInfo {
-  int sms = 0;       // multiprocessors
+  int major = 0, minor = 0;  // compute capability
+  int sms = 0;               // multiprocessors
   int l2_bytes = 0;  // L2 cache size
 };
 

@@ -138,33 +138,33 @@ __device__ __forceinline__ void finish_rows(const float (&m)[Tr::kMAtoms][2], co
   }
 }
 
+// One butterfly step of quad_transpose with lane ^ `partner`: the thread
+// whose lane has bit `partner` set sends (lo0, lo1) and receives the
+// partner's (hi0, hi1) into them; its partner sends (hi0, hi1) and receives
+// into them.
+__device__ __forceinline__ void quad_exchange(uint32_t& lo0, uint32_t& lo1, uint32_t& hi0, uint32_t& hi1,
+                                              int lane, int partner) {
+  const bool upper = lane & partner;
+  const uint32_t give0 = upper ? lo0 : hi0, give1 = upper ? lo1 : hi1;
+  const uint32_t got0 = __shfl_xor_sync(0xffffffffu, give0, partner);
+  const uint32_t got1 = __shfl_xor_sync(0xffffffffu, give1, partner);
+  if (upper) {
+    lo0 = got0;
+    lo1 = got1;
+  } else {
+    hi0 = got0;
+    hi1 = got1;
+  }
+}
+
 // Transposes four 32-bit values across the four threads of a quad: thread t
 // holds x[u] = the value of column group u from row t of a 4 x 4 matrix and
 // ends with x[u] = the value of column group t from row u. Two butterfly
-// exchanges (partners t ^ 2, then t ^ 1); every lane of the warp takes part.
+// exchanges (partners t ^ 2 on the pairs (x0, x1) / (x2, x3), then t ^ 1 on
+// (x0, x2) / (x1, x3)); every lane of the warp takes part.
 __device__ __forceinline__ void quad_transpose(uint32_t (&x)[4], int lane) {
-  const bool high = lane & 2, odd = lane & 1;
-  uint32_t a = high ? x[0] : x[2], b = high ? x[1] : x[3];
-  a = __shfl_xor_sync(0xffffffffu, a, 2);
-  b = __shfl_xor_sync(0xffffffffu, b, 2);
-  if (high) {
-    x[0] = a;
-    x[1] = b;
-  } else {
-    x[2] = a;
-    x[3] = b;
-  }
-  a = odd ? x[0] : x[1];
-  b = odd ? x[2] : x[3];
-  a = __shfl_xor_sync(0xffffffffu, a, 1);
-  b = __shfl_xor_sync(0xffffffffu, b, 1);
-  if (odd) {
-    x[0] = a;
-    x[2] = b;
-  } else {
-    x[1] = a;
-    x[3] = b;
-  }
+  quad_exchange(x[0], x[1], x[2], x[3], lane, 2);
+  quad_exchange(x[0], x[2], x[1], x[3], lane, 1);
 }
 
 // O / l to `out` (input type or fp32) and the LSE, rows of the sequence only.

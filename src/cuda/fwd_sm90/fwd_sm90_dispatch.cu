@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "cuda/common/device_info.hpp"
 #include "cuda/common/head_dim_list.hpp"
 #include "cuda/fwd_sm90/fwd_sm90.hpp"
 #include "spattn/error.hpp"
@@ -43,14 +44,13 @@ void run_typed(const FwdParams& p, cudaStream_t stream) {
 
 bool fwd_sm90_available() {
   if (kBuiltHeadDims[0] == 0) return false;
-  int device = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
     cudaGetLastError();  // no usable device: clear the (non-sticky) error and say no
     return false;
   }
-  return major == 9 && minor == 0;
+  const DeviceInfo& info = current_device_info();
+  return info.major == 9 && info.minor == 0;
 }
 
 std::string fwd_sm90_head_dims() {

@@ -131,6 +131,8 @@ struct RingSlot {
 // grids); kNoItem ends both roles' loops.
 template <typename Tr>
 struct UnitRing {
+  // One counter rather than a RingSlot's stage and parity: the producer
+  // thread keeps it in its 40 registers (with a RingSlot it spilled a word).
   static_assert((Tr::kUnitSlots & (Tr::kUnitSlots - 1)) == 0, "slot and parity come from one counter");
   uint32_t uses = 0;  // slots used so far: slot uses % kUnitSlots, parity (uses / kUnitSlots) % 2
   __device__ __forceinline__ int slot() const { return static_cast<int>(uses % Tr::kUnitSlots); }

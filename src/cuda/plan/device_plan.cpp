@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/device_buffer.hpp"
 #include "cuda/plan/device_exprs.hpp"
 #include "spattn/error.hpp"
 #include "spattn/pattern_terms.hpp"
@@ -23,41 +24,15 @@ namespace {
 
 using pattern_math::ceil_div;
 
-// One device allocation, freed on destruction.
-class DeviceArray {
- public:
-  DeviceArray() = default;
-  DeviceArray(const void* host, size_t bytes) {
-    if (bytes == 0) return;
-    check_cuda(cudaMalloc(&ptr_, bytes), "cudaMalloc of a mask array");
-    check_cuda(cudaMemcpy(ptr_, host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy of a mask array");
-  }
-  template <typename T>
-  explicit DeviceArray(const std::vector<T>& v) : DeviceArray(v.data(), v.size() * sizeof(T)) {}
-  ~DeviceArray() {
-    if (ptr_) cudaFree(ptr_);  // errors at process teardown are ignored on purpose
-  }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-
-  template <typename T>
-  T* get() const {
-    return static_cast<T*>(ptr_);
-  }
-
- private:
-  void* ptr_ = nullptr;
-};
-
 struct TilePlanEntry {
   TileShape tile;
-  std::vector<std::unique_ptr<DeviceArray>> arrays;
+  std::vector<DevicePtr> arrays;
   DeviceTilePlanView view;
 };
 
 struct PerDevice {
   int device = -1;
-  std::vector<std::unique_ptr<DeviceArray>> arrays;
+  std::vector<DevicePtr> arrays;
   DeviceMaskView mask;
   std::vector<std::unique_ptr<TilePlanEntry>> tile_plans;
   std::map<const void*, const int32_t*> tables;  // device_table(), by host address
@@ -82,14 +57,19 @@ std::mutex& cache_mutex() {
   return m;
 }
 
+// A device copy of `count` values at `host`, kept in `arrays`; null for none
+// (the plan views read an absent array as null).
 template <typename T>
-const T* upload(std::vector<std::unique_ptr<DeviceArray>>& arrays, const T* host, int64_t count) {
-  arrays.push_back(std::make_unique<DeviceArray>(host, static_cast<size_t>(count) * sizeof(T)));
-  return arrays.back()->get<T>();
+const T* upload(std::vector<DevicePtr>& arrays, const T* host, int64_t count) {
+  const size_t bytes = static_cast<size_t>(count) * sizeof(T);
+  if (bytes == 0) return nullptr;
+  arrays.push_back(device_alloc(bytes, "cudaMalloc of a mask array"));
+  check_cuda(cudaMemcpy(arrays.back().get(), host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy of a mask array");
+  return static_cast<const T*>(arrays.back().get());
 }
 
 template <typename T>
-const T* upload(std::vector<std::unique_ptr<DeviceArray>>& arrays, const std::vector<T>& host) {
+const T* upload(std::vector<DevicePtr>& arrays, const std::vector<T>& host) {
   return upload(arrays, host.data(), static_cast<int64_t>(host.size()));
 }
 

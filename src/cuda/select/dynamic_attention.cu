@@ -30,6 +30,7 @@ struct ItemArgs {
   uint64_t* keys = nullptr;         // each item's sort key (order_key)
   int32_t* order = nullptr;         // each item's index (the sorted values)
   int64_t batch = 0, mask_heads = 0, num_q_tiles = 0, num_q_blocks = 0, tiles_per_block = 1, capacity = 0;
+  int top_class = 0;  // length_class(capacity)
   int count_bits = 1, head_bits = 1, class_bits = 1;
 };
 
@@ -50,8 +51,7 @@ __host__ __device__ __forceinline__ int length_class(int64_t count) {
 // longest rows first to within a factor sqrt(2)). The selector's counts are
 // at most `capacity`.
 __device__ __forceinline__ uint64_t order_key(int64_t b, int64_t head, int32_t count, const ItemArgs& a) {
-  const int top = length_class(a.capacity);
-  const uint64_t class_rank = count > 0 ? static_cast<uint64_t>(top - length_class(count)) : top + 1;
+  const uint64_t class_rank = count > 0 ? static_cast<uint64_t>(a.top_class - length_class(count)) : a.top_class + 1;
   const int low_bits = a.count_bits + a.head_bits;
   return static_cast<uint64_t>(b) << (low_bits + a.class_bits) | class_rank << low_bits |
          static_cast<uint64_t>(head) << a.count_bits | static_cast<uint64_t>(a.capacity - count);
@@ -191,6 +191,7 @@ void DynamicAttention::make_items(cudaStream_t stream) {
   a.num_q_blocks = shape_mask_.num_q_blocks();
   a.tiles_per_block = shape_mask_.block_q() / tile_.rows;
   a.capacity = selector_->capacity();
+  a.top_class = length_class(a.capacity);
   a.count_bits = it.count_bits;
   a.head_bits = it.head_bits;
   a.class_bits = it.class_bits;

@@ -64,6 +64,11 @@ struct FwdParams {
   DeviceMaskView mask;
   DeviceTilePlanView plan;  // fused kernel only
   DilatedExclusion exclude;  // fused kernel only
+  // The sm90 kernel's permuted pass of a dilated split reads q, k and v in
+  // place instead of from gathered copies: its row n of query head h is row
+  // h % residue_rate + n * residue_rate of the tensors, whose data start at
+  // the first regular position. 1 everywhere else.
+  int64_t residue_rate = 1;
   VarlenArg varlen;          // fused kernel only; q_len, k_len are then the mask's
   // Partial results of split rows (fused kernel, plan.num_slots > 0): per
   // (slot, batch * heads of a mask head, tile row) the normalised O (head_dim

@@ -89,15 +89,15 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
 
 // ---- tensor-memory-accelerator copies ----
 
-// Copies the box at coordinates (c0, c1, c2, c3) of a 4-d tensor map into
+// Copies the box at coordinates (c0, .., c4) of a 5-d tensor map into
 // shared memory at `dst`; completes `bytes` of transactions on `bar`.
 // Elements outside the tensor are written as zeros.
-__device__ __forceinline__ void tma_load_4d(uint32_t dst, const void* tensor_map, uint32_t bar, int32_t c0,
-                                            int32_t c1, int32_t c2, int32_t c3) {
+__device__ __forceinline__ void tma_load_5d(uint32_t dst, const void* tensor_map, uint32_t bar, int32_t c0,
+                                            int32_t c1, int32_t c2, int32_t c3, int32_t c4) {
   asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, "
-      "%5}], [%6];\n" ::"r"(dst),
-      "l"(tensor_map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, "
+      "%5, %6}], [%7];\n" ::"r"(dst),
+      "l"(tensor_map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(bar)
       : "memory");
 }
 

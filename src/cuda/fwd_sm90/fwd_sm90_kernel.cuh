@@ -153,14 +153,15 @@ struct UnitRing {
   }
 };
 
-// Copies rows [row0, row0 + rows) of one (batch, head) slice, all panels, to
-// `dst` (panel after panel) and completes the bytes on `bar`.
+// Copies rows [row0, row0 + rows) of residue `residue` of one (batch, head)
+// slice (tensor_maps.hpp), all panels, to `dst` (panel after panel) and
+// completes the bytes on `bar`.
 template <typename Tr>
 __device__ __forceinline__ void tma_load_tile(uint32_t dst, uint32_t panel_bytes, const CUtensorMap& map,
-                                              uint32_t bar, int64_t row0, int64_t h, int64_t b) {
+                                              uint32_t bar, int32_t residue, int64_t row0, int64_t h, int64_t b) {
 #pragma unroll
   for (int panel = 0; panel < Tr::kPanels; ++panel)
-    tma_load_4d(dst + panel * panel_bytes, &map, bar, panel * Tr::kPanelCols, static_cast<int32_t>(row0),
+    tma_load_5d(dst + panel * panel_bytes, &map, bar, panel * Tr::kPanelCols, residue, static_cast<int32_t>(row0),
                 static_cast<int32_t>(h), static_cast<int32_t>(b));
 }
 
@@ -182,17 +183,19 @@ __device__ __forceinline__ void produce(const FwdParams& p, const Sm90TensorMaps
     TileWalk walk = TileWalk::entries(w.item.begin, w.item.end);
     // The consumers skip the same units (consume_unit): nothing is loaded for them.
     if (!seq.tile_has_rows(q0, Tr::kBlockM) || !walk.valid(plan, tiles_per_block, Tr::kBlockN, seq.k_len)) continue;
+    // Of the query head, for Q, K and V (heads and the rate fit 32 bits: TMA coordinates).
+    const int32_t residue = static_cast<int32_t>(w.h) % static_cast<int32_t>(p.residue_rate);
     bool q_loaded = false;
     do {
       const int64_t k_row = seq.k_first + walk.key_tile(plan, tiles_per_block) * Tr::kBlockN;
       mbarrier_wait(sm.k_free(slot.stage), slot.parity ^ 1u);
       mbarrier_arrive_expect_tx(sm.k_full(slot.stage), Tr::kKVBytes);
-      tma_load_tile<Tr>(sm.k(slot.stage), Tr::kKVPanelBytes, maps.k, sm.k_full(slot.stage), k_row, w.kv_head,
-                        seq.batch);
+      tma_load_tile<Tr>(sm.k(slot.stage), Tr::kKVPanelBytes, maps.k, sm.k_full(slot.stage), residue, k_row,
+                        w.kv_head, seq.batch);
       mbarrier_wait(sm.v_free(slot.stage), slot.parity ^ 1u);
       mbarrier_arrive_expect_tx(sm.v_full(slot.stage), Tr::kKVBytes);
-      tma_load_tile<Tr>(sm.v(slot.stage), Tr::kKVPanelBytes, maps.v, sm.v_full(slot.stage), k_row, w.kv_head,
-                        seq.batch);
+      tma_load_tile<Tr>(sm.v(slot.stage), Tr::kKVPanelBytes, maps.v, sm.v_full(slot.stage), residue, k_row,
+                        w.kv_head, seq.batch);
       // Q after the unit's first K and V: their stage is usually free already,
       // while Q's buffer frees only once the last unit's S products are done,
       // so the first tile's loads overlap the end of the last unit.
@@ -201,7 +204,8 @@ __device__ __forceinline__ void produce(const FwdParams& p, const Sm90TensorMaps
         ++q_loads;
         q_loaded = true;
         mbarrier_arrive_expect_tx(sm.q_full(), Tr::kQBytes);
-        tma_load_tile<Tr>(sm.q(), Tr::kQPanelBytes, maps.q, sm.q_full(), seq.q_first + q0, w.h, seq.batch);
+        tma_load_tile<Tr>(sm.q(), Tr::kQPanelBytes, maps.q, sm.q_full(), residue, seq.q_first + q0, w.h,
+                          seq.batch);
       }
       slot.advance();
       walk.advance(tiles_per_block);

@@ -32,9 +32,10 @@ void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   const int64_t map_batch = packed ? 1 : p.batch;
   const int64_t q_rows = packed ? p.varlen.total_q : p.q_len, k_rows = packed ? p.varlen.total_k : p.k_len;
   Sm90TensorMaps maps;
-  maps.q = make_tile_tensor_map(p.q, dtype, map_batch, p.q_heads, q_rows, kHeadDim, Tr::kBlockM);
-  maps.k = make_tile_tensor_map(p.k, dtype, map_batch, p.kv_heads, k_rows, kHeadDim, Tr::kBlockN);
-  maps.v = make_tile_tensor_map(p.v, dtype, map_batch, p.kv_heads, k_rows, kHeadDim, Tr::kBlockN);
+  const int64_t rate = p.residue_rate;
+  maps.q = make_tile_tensor_map(p.q, dtype, map_batch, p.q_heads, q_rows, rate, kHeadDim, Tr::kBlockM);
+  maps.k = make_tile_tensor_map(p.k, dtype, map_batch, p.kv_heads, k_rows, rate, kHeadDim, Tr::kBlockN);
+  maps.v = make_tile_tensor_map(p.v, dtype, map_batch, p.kv_heads, k_rows, rate, kHeadDim, Tr::kBlockN);
 
   const auto kernel = fwd_sm90_kernel<Tr>;
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Tr::kSmemBytes, "fwd_sm90");

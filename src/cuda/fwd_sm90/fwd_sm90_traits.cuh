@@ -41,7 +41,9 @@ struct Sm90Traits {
   // Registers per thread after setmaxnreg, within the CTA's pool of 384 x 168
   // (the launch bound's count; a larger total would leave setmaxnreg waiting
   // forever): 128 x 40 + 256 x 232 = 64512. With 24 for the producer, which
-  // locates and hands over the work units, it spilled; the consumers fit 232.
+  // locates and hands over the work units, it spilled in its tile loop; at
+  // 40 it keeps one word (the grid size) in local memory, reloaded once per
+  // unit. The consumers fit 232.
   static constexpr int kProducerRegisters = 40;
   static constexpr int kConsumerRegisters = 232;
   static constexpr int kRegisterPool = kThreads * (65536 / kThreads / 8 * 8);  // launch bound: one CTA per SM

@@ -2,10 +2,11 @@
 // kernel, built on the host for each call (they are kernel arguments, so a
 // captured graph keeps its own copy).
 //
-// A (B, H, L, D) tensor with arbitrary strides is described as a 4-d tiled
-// tensor map with dimensions (D, L, H, B), boxes of 128 bytes of D by
-// `box_rows` rows of L, the 128-byte swizzle, and zero fill outside the
-// tensor. cuTensorMapEncodeTiled is reached through the runtime's driver entry
+// A (B, H, L, D) tensor with arbitrary strides is described as a 5-d tiled
+// tensor map with dimensions (D, R, L / R, H, B) for a residue rate R (1 but
+// in the permuted pass of a dilated split, FwdParams::residue_rate: row
+// r + n R of the tensor is (r, n)), boxes of 128 bytes of D by one residue by
+// `box_rows` rows, the 128-byte swizzle, and zero fill outside the tensor. cuTensorMapEncodeTiled is reached through the runtime's driver entry
 // point, so nothing links the driver library.
 #pragma once
 
@@ -23,8 +24,9 @@ struct Sm90TensorMaps {
   CUtensorMap q, k, v;
 };
 
-// Throws spattn::Error when the driver rejects the description.
+// `len` rows of each residue (len x rate rows in all). Throws spattn::Error
+// when the driver rejects the description.
 CUtensorMap make_tile_tensor_map(const TensorArg& t, DType dtype, int64_t batch, int64_t heads, int64_t len,
-                                 int64_t head_dim, int box_rows);
+                                 int64_t rate, int64_t head_dim, int box_rows);
 
 }  // namespace spattn::cuda_detail

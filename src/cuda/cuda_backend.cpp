@@ -119,19 +119,21 @@ void run_fused(cuda_detail::FwdParams p, DType dtype, bool sm90, cudaStream_t s)
   run();
 }
 
-// `t` from row `row` on (its data moved forward; strides unchanged).
-cuda_detail::TensorArg from_row(cuda_detail::TensorArg t, int64_t row, DType dtype) {
-  t.data = static_cast<char*>(t.data) + row * t.stride_l * dtype_size(dtype);
+// `t` from row `row` on (its data moved forward by `elem`-byte elements; strides unchanged).
+cuda_detail::TensorArg from_row(cuda_detail::TensorArg t, int64_t row, int64_t elem) {
+  t.data = static_cast<char*>(t.data) + row * t.stride_l * elem;
   return t;
 }
 
 // A dilated term through the token permutation (cuda/plan/dilated_split.hpp):
 // the rest of the pattern into out and the LSE (the caller's or scratch),
-// block-diagonal attention over the (segment, residue) groups (less the
-// rest's full runs) into fp32 scratch, and the merge back into out and the
-// LSE. Both passes run on the kernel the split was made for: the sm90 kernel
-// reads the groups' rows of q, k and v in place (its tensor maps step by the
-// rate, FwdParams::residue_rate), the sm80 kernel from gathered copies.
+// then block-diagonal attention over the (segment, residue) groups (less the
+// rest's full runs) merged into them. The sm90 kernel reads the groups' rows
+// of q, k and v in place (its tensor maps step by the rate,
+// FwdParams::residue_rate) and merges each row into out and the LSE as it
+// writes it; the sm80 kernel (or a permuted plan with split rows) reads
+// gathered copies, writes fp32 scratch, and a merge kernel follows. Both
+// passes run on the kernel the split was made for.
 void run_dilated_split(const cuda_detail::DilatedSplit& split, const cuda_detail::FwdParams& p, DType dtype,
                        bool sm90, cudaStream_t s) {
   const cuda_detail::TileShape tile = cuda_detail::kernel_tile(sm90, p.head_dim);
@@ -145,22 +147,27 @@ void run_dilated_split(const cuda_detail::DilatedSplit& split, const cuda_detail
   g.num_segments = split.num_segments;
   g.first_position = split.first_position;
   const int64_t n = g.num_segments * g.group, elems = g.rows() * g.head_dim;
-  const int64_t lse_floats = p.lse ? 0 : p.batch * p.q_heads * p.q_len;
-  // Sub-buffers in 256-byte units: O (fp32), the permuted pass's LSE, the
-  // rest's LSE when the caller has none, and (sm80) q, k, v gathered
-  // (2-byte elements).
+  const int64_t shift = p.k_len - p.q_len;  // query row i sits at position i + shift
+
+  cuda_detail::FwdParams perm = p;
+  perm.q_len = perm.k_len = n;
+  perm.mask = cuda_detail::device_mask(split.permuted, s);
+  perm.plan = cuda_detail::device_tile_plan(split.permuted, tile, s);
+  const bool in_place = sm90 && perm.plan.num_split_rows == 0;
+
+  // Sub-buffers in 256-byte units: the rest's LSE when the caller has none;
+  // unless in place, the permuted pass's O (fp32) and LSE and q, k, v
+  // gathered (2-byte elements).
   auto units = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
-  const int64_t o_bytes = units(elems * 4), lse_bytes = units(g.rows() * 4), rest_lse_bytes = units(lse_floats * 4);
-  const int64_t qkv_bytes = sm90 ? 0 : units(elems * 2);
-  cuda_detail::ScopedScratch scratch(static_cast<size_t>(o_bytes + lse_bytes + rest_lse_bytes + 3 * qkv_bytes), s);
+  const int64_t rest_lse_bytes = p.lse ? 0 : units(p.batch * p.q_heads * p.q_len * 4);
+  const int64_t o_bytes = in_place ? 0 : units(elems * 4), lse_bytes = in_place ? 0 : units(g.rows() * 4);
+  const int64_t qkv_bytes = in_place ? 0 : units(elems * 2);
+  cuda_detail::ScopedScratch scratch(static_cast<size_t>(rest_lse_bytes + o_bytes + lse_bytes + 3 * qkv_bytes), s);
   char* at = static_cast<char*>(scratch.get());
-  auto* op = reinterpret_cast<float*>(at);
-  auto* lsep = reinterpret_cast<float*>(at + o_bytes);
-  char* gathered = at + o_bytes + lse_bytes + rest_lse_bytes;
 
   cuda_detail::FwdParams rest = p;
   if (!p.lse) {
-    rest.lse = reinterpret_cast<float*>(at + o_bytes + lse_bytes);
+    rest.lse = reinterpret_cast<float*>(at);
     rest.lse_stride_b = p.q_heads * p.q_len;
     rest.lse_stride_h = p.q_len;
     rest.lse_stride_l = 1;
@@ -174,28 +181,6 @@ void run_dilated_split(const cuda_detail::DilatedSplit& split, const cuda_detail
   rest.exclude.p_lo = split.first_position;
   rest.exclude.p_hi = split.first_position + split.num_segments * split.segment;
 
-  const int64_t shift = p.k_len - p.q_len;  // query row i sits at position i + shift
-  cuda_detail::FwdParams perm = p;
-  if (sm90) {
-    perm.q = from_row(p.q, split.first_position - shift, dtype);
-    perm.k = from_row(p.k, split.first_position, dtype);
-    perm.v = from_row(p.v, split.first_position, dtype);
-    perm.residue_rate = split.rate;
-  } else {
-    const cuda_detail::TensorArg packed{nullptr, p.q_heads * n * p.head_dim, n * p.head_dim, p.head_dim};
-    perm.q = perm.k = perm.v = packed;
-    perm.q.data = gathered;
-    perm.k.data = gathered + qkv_bytes;
-    perm.v.data = gathered + 2 * qkv_bytes;
-    perm.kv_heads = p.q_heads;
-  }
-  perm.out = cuda_detail::TensorArg{op, p.q_heads * n * p.head_dim, n * p.head_dim, p.head_dim};
-  perm.out_f32 = true;
-  perm.lse = lsep;
-  perm.lse_stride_b = p.q_heads * n;
-  perm.lse_stride_h = n;
-  perm.lse_stride_l = 1;
-  perm.q_len = perm.k_len = n;
   perm.exclude = rest.exclude;
   perm.exclude.kind = cuda_detail::Exclusion::FullRuns;
   perm.exclude.group = split.group;
@@ -205,15 +190,41 @@ void run_dilated_split(const cuda_detail::DilatedSplit& split, const cuda_detail
   perm.exclude.num_q_blocks = split.rest.num_q_blocks();
   perm.exclude.runs = cuda_detail::device_table(split.rest, split.full_runs, s);
   perm.exclude.runs_per_head = split.rest.num_heads() != 1;
-  perm.mask = cuda_detail::device_mask(split.permuted, s);
-  perm.plan = cuda_detail::device_tile_plan(split.permuted, tile, s);
-
-  run_fused(rest, dtype, sm90, s);
-  if (!sm90) {
-    cuda_detail::launch_dilated_gather(g, p.q, 1, shift, perm.q.data, dtype, s);
-    cuda_detail::launch_dilated_gather(g, p.k, p.q_heads / p.kv_heads, 0, perm.k.data, dtype, s);
-    cuda_detail::launch_dilated_gather(g, p.v, p.q_heads / p.kv_heads, 0, perm.v.data, dtype, s);
+  if (in_place) {
+    const int64_t q_first = split.first_position - shift;  // the query row at the first regular position
+    perm.q = from_row(p.q, q_first, dtype_size(dtype));
+    perm.k = from_row(p.k, split.first_position, dtype_size(dtype));
+    perm.v = from_row(p.v, split.first_position, dtype_size(dtype));
+    perm.residue_rate = split.rate;
+    perm.out = from_row(p.out, q_first, p.out_f32 ? 4 : dtype_size(dtype));
+    perm.lse = rest.lse + q_first * rest.lse_stride_l;
+    perm.lse_stride_b = rest.lse_stride_b;
+    perm.lse_stride_h = rest.lse_stride_h;
+    perm.lse_stride_l = rest.lse_stride_l;
+    perm.merge_into_out = true;
+    run_fused(rest, dtype, sm90, s);
+    run_fused(perm, dtype, sm90, s);
+    return;
   }
+  auto* op = reinterpret_cast<float*>(at + rest_lse_bytes);
+  auto* lsep = reinterpret_cast<float*>(at + rest_lse_bytes + o_bytes);
+  char* gathered = at + rest_lse_bytes + o_bytes + lse_bytes;
+  const cuda_detail::TensorArg packed{nullptr, p.q_heads * n * p.head_dim, n * p.head_dim, p.head_dim};
+  perm.q = perm.k = perm.v = packed;
+  perm.q.data = gathered;
+  perm.k.data = gathered + qkv_bytes;
+  perm.v.data = gathered + 2 * qkv_bytes;
+  perm.kv_heads = p.q_heads;
+  perm.out = cuda_detail::TensorArg{op, p.q_heads * n * p.head_dim, n * p.head_dim, p.head_dim};
+  perm.out_f32 = true;
+  perm.lse = lsep;
+  perm.lse_stride_b = p.q_heads * n;
+  perm.lse_stride_h = n;
+  perm.lse_stride_l = 1;
+  run_fused(rest, dtype, sm90, s);
+  cuda_detail::launch_dilated_gather(g, p.q, 1, shift, perm.q.data, dtype, s);
+  cuda_detail::launch_dilated_gather(g, p.k, p.q_heads / p.kv_heads, 0, perm.k.data, dtype, s);
+  cuda_detail::launch_dilated_gather(g, p.v, p.q_heads / p.kv_heads, 0, perm.v.data, dtype, s);
   run_fused(perm, dtype, sm90, s);
   cuda_detail::launch_dilated_merge(g, rest, op, lsep, dtype, s);
 }

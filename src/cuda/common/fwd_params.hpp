@@ -69,6 +69,11 @@ struct FwdParams {
   // h % residue_rate + n * residue_rate of the tensors, whose data start at
   // the first regular position. 1 everywhere else.
   int64_t residue_rate = 1;
+  // That pass writes its rows straight into out and the LSE (the rows
+  // h % residue_rate + n * residue_rate from the first regular row on),
+  // merged with the rest pass's result they hold (write_output). False
+  // everywhere else.
+  bool merge_into_out = false;
   VarlenArg varlen;          // fused kernel only; q_len, k_len are then the mask's
   // Partial results of split rows (fused kernel, plan.num_slots > 0): per
   // (slot, batch * heads of a mask head, tile row) the normalised O (head_dim

@@ -167,6 +167,24 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&x)[4], int lane) {
   quad_exchange(x[0], x[2], x[1], x[3], lane, 1);
 }
 
+// The weights that merge a row's result (O_b, LSE lse_b) into one already
+// written (O_a, lse_a) over disjoint keys: O = w_a O_a + w_b O_b, and the
+// merged LSE.
+struct RowMerge {
+  float w_a = 0.0f, w_b = 1.0f, lse = kNegInf;
+  __device__ __forceinline__ static RowMerge of(float lse_a, float lse_b) {
+    RowMerge r;
+    r.lse = lse_b;
+    if (lse_a != kNegInf) {
+      const float hi = fmaxf(lse_a, lse_b), lo = fminf(lse_a, lse_b);
+      r.lse = hi + log1pf(__expf(lo - hi));
+      r.w_a = __expf(lse_a - r.lse);
+      r.w_b = __expf(lse_b - r.lse);
+    }
+    return r;
+  }
+};
+
 // O / l to `out` (input type or fp32) and the LSE, rows of the sequence only.
 // In the input type, the four threads of a row's quad first transpose their
 // values, four 8-column atoms at a time, so that each thread holds one atom's
@@ -176,7 +194,12 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&x)[4], int lane) {
 // are took 4x the store instructions, each half a sector per row, which made
 // the epilogue of short rows slow (same-run bound on an H100: sm90 kernel
 // without its output stores, 32K, D = 128: window 512 +19%, BigBird +11%).
-template <typename Tr>
+// kMerge (the sm90 permuted pass of a dilated split, FwdParams::merge_into_out):
+// row i of query head h is row h % residue_rate + i * residue_rate of out
+// and the LSE, which hold the rest pass's result; a row with a key merges
+// into them (RowMerge; its O rounded to the output type first), one without
+// leaves them as they are.
+template <typename Tr, bool kMerge = false>
 __device__ __forceinline__ void write_output(const FwdParams& p, const float (&o)[Tr::kMAtoms][Tr::kDAtoms][4],
                                              const float (&m)[Tr::kMAtoms][2], const float (&l)[Tr::kMAtoms][2],
                                              const SequenceSpan& seq, int64_t h, int64_t q0, int warp, int lane) {
@@ -184,14 +207,29 @@ __device__ __forceinline__ void write_output(const FwdParams& p, const float (&o
   static_assert(Tr::kDAtoms % 4 == 0, "the head dim is a multiple of 32");
   finish_rows<Tr>(m, l, [&](int a, int half, float inv, float lse) {
     const int64_t row = q0 + warp * Tr::kWarpRows + a * 16 + (lane >> 2) + half * 8;
-    const bool in_sequence = seq.has_row(row);
-    const int64_t row_offset = p.out.row_offset(seq.batch, h, seq.q_first + row);
+    bool in_sequence = seq.has_row(row);
+    const int64_t out_row = kMerge ? h % p.residue_rate + (seq.q_first + row) * p.residue_rate : seq.q_first + row;
+    const int64_t row_offset = p.out.row_offset(seq.batch, h, out_row);
+    const auto lse_at = [&] { return p.lse + seq.batch * p.lse_stride_b + h * p.lse_stride_h + out_row * p.lse_stride_l; };
+    RowMerge merge;
+    if constexpr (kMerge) {
+      in_sequence = in_sequence && lse != kNegInf;  // no key here: the rest's result stands
+      if (in_sequence) merge = RowMerge::of(*lse_at(), lse);
+      inv *= merge.w_b;
+      lse = merge.lse;
+    }
     if (p.out_f32) {  // the same in every lane: no lane leaves a shuffle
       if (!in_sequence) return;
       float* out = static_cast<float*>(p.out.data) + row_offset + (lane & 3) * 2;
 #pragma unroll
-      for (int d = 0; d < Tr::kDAtoms; ++d)
-        *reinterpret_cast<float2*>(out + d * 8) = make_float2(o[a][d][2 * half] * inv, o[a][d][2 * half + 1] * inv);
+      for (int d = 0; d < Tr::kDAtoms; ++d) {
+        float2 x = make_float2(o[a][d][2 * half] * inv, o[a][d][2 * half + 1] * inv);
+        if (kMerge && merge.w_a != 0.0f) {
+          const float2 was = *reinterpret_cast<const float2*>(out + d * 8);
+          x = make_float2(x.x + merge.w_a * was.x, x.y + merge.w_a * was.y);
+        }
+        *reinterpret_cast<float2*>(out + d * 8) = x;
+      }
     } else {
       T* out = static_cast<T*>(p.out.data) + row_offset;
       const bool aligned = (reinterpret_cast<uintptr_t>(out) & 15u) == 0;
@@ -204,6 +242,21 @@ __device__ __forceinline__ void write_output(const FwdParams& p, const float (&o
         quad_transpose(x, lane);
         if (!in_sequence) continue;
         T* atom = out + (4 * g + (lane & 3)) * 8;
+        if (kMerge && merge.w_a != 0.0f) {
+          uint32_t was[4];
+          if (aligned) {
+            const uint4 v = *reinterpret_cast<const uint4*>(atom);
+            was[0] = v.x, was[1] = v.y, was[2] = v.z, was[3] = v.w;
+          } else {
+#pragma unroll
+            for (int u = 0; u < 4; ++u) was[u] = *reinterpret_cast<const uint32_t*>(atom + 2 * u);
+          }
+#pragma unroll
+          for (int u = 0; u < 4; ++u) {
+            const float2 before = unpack2<T>(was[u]), add = unpack2<T>(x[u]);
+            x[u] = pack2<T>(add.x + merge.w_a * before.x, add.y + merge.w_a * before.y);
+          }
+        }
         if (aligned) {
           *reinterpret_cast<uint4*>(atom) = make_uint4(x[0], x[1], x[2], x[3]);
         } else {
@@ -213,8 +266,7 @@ __device__ __forceinline__ void write_output(const FwdParams& p, const float (&o
       }
       if (!in_sequence) return;
     }
-    if (p.lse != nullptr && (lane & 3) == 0)
-      p.lse[seq.batch * p.lse_stride_b + h * p.lse_stride_h + (seq.q_first + row) * p.lse_stride_l] = lse;
+    if (p.lse != nullptr && (lane & 3) == 0) *lse_at() = lse;
   });
 }
 

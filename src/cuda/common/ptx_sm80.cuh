@@ -87,6 +87,20 @@ __device__ __forceinline__ uint32_t pack2<__half>(float x, float y) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// A packed pair of T as two floats (x = low half).
+template <typename T>
+__device__ __forceinline__ float2 unpack2(uint32_t pair);
+
+template <>
+__device__ __forceinline__ float2 unpack2<__nv_bfloat16>(uint32_t pair) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&pair));
+}
+
+template <>
+__device__ __forceinline__ float2 unpack2<__half>(uint32_t pair) {
+  return __half22float2(*reinterpret_cast<const __half2*>(&pair));
+}
+
 // 2^x with the special-function unit; exp2(-inf) = 0.
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;

@@ -418,7 +418,9 @@ __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<
     wgmma_fence_operands(o);
     mbarrier_arrive(sm.v_free(previous.stage));
   }
-  if (w.item.slot < 0)
+  if (w.item.slot < 0 && p.merge_into_out)
+    write_output<Tr, true>(p, o, m, l, seq, w.h, q0, warp, lane);
+  else if (w.item.slot < 0)
     write_output<Tr>(p, o, m, l, seq, w.h, q0, warp, lane);
   else
     write_partial<Tr>(p, o, m, l, (w.item.slot * static_cast<int64_t>(copies) + w.copy) * Tr::kBlockM, warp, lane);

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "gpu_test_problems.hpp"
@@ -215,6 +216,29 @@ TEST_P(GpuKernels, DilatedThroughThePermutation) {
       if (seed % 5 == 0) pr.out_dtype = DType::F32;
       pr.layout = seed % 4 == 1 ? Layout::BLHD : Layout::BHLD;
       pr.batch = seed % 7 == 0 ? 2 : 1;
+      expect_matches_reference(pr, seed++);
+    }
+}
+
+// Fewer queries than keys put the first regular segment after position 0
+// (744 / 1000: at 288, not a multiple of the 128-token blocks); the window of
+// 256 over query blocks starting 256 keys in gives the rest full runs, which
+// the permuted pass must leave out of the right rows. Four heads: every
+// residue of the rate. Also output rows off 16-byte boundaries and calls
+// without an LSE (the sm90 permuted pass merges into out and the rest's LSE
+// in place).
+TEST_P(GpuKernels, DilatedSplitsWhereQueryAndKeyLengthsDiffer) {
+  uint64_t seed = 550;
+  for (auto [lq, lk] : {std::pair<int64_t, int64_t>{744, 1000}, {1000, 744}})
+    for (const int variant : {0, 1, 2}) {
+      GpuProblem pr;
+      pr.q_heads = pr.kv_heads = 4;
+      pr.pattern = Pattern::unite(Pattern::dilated({288}, {4}, true), Pattern::sliding_window(256));
+      pr.q_len = lq;
+      pr.k_len = lk;
+      pr.out_offset = variant == 1 ? 2 : 0;
+      pr.with_lse = variant != 2;
+      if (variant == 2) pr.out_dtype = DType::F32;
       expect_matches_reference(pr, seed++);
     }
 }

@@ -1,9 +1,8 @@
 // cuda/common/device_info.hpp - what a launch needs to know about the current
 // device (its compute capability, SM count, L2 size) and the dynamic
-// shared-memory limit of
-// a kernel, each asked of the runtime once per device instead of at every
-// launch. Like the mask plans cached on the device, these do not survive a
-// cudaDeviceReset.
+// shared-memory limit of a kernel, each asked of the runtime once per device
+// instead of at every launch. Like the mask plans cached on the device, these
+// do not survive a cudaDeviceReset.
 #pragma once
 
 namespace spattn::cuda_detail {

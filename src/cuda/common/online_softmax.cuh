@@ -14,6 +14,7 @@
 
 #include "cuda/common/exp2_poly.cuh"
 #include "cuda/common/fwd_params.hpp"
+#include "cuda/common/row_merge.cuh"
 #include "cuda/common/ptx_sm80.cuh"
 #include "cuda/common/sequence_span.hpp"
 #include "cuda/common/tile_mask.cuh"
@@ -167,24 +168,6 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&x)[4], int lane) {
   quad_exchange(x[0], x[2], x[1], x[3], lane, 1);
 }
 
-// The weights that merge a row's result (O_b, LSE lse_b) into one already
-// written (O_a, lse_a) over disjoint keys: O = w_a O_a + w_b O_b, and the
-// merged LSE.
-struct RowMerge {
-  float w_a = 0.0f, w_b = 1.0f, lse = kNegInf;
-  __device__ __forceinline__ static RowMerge of(float lse_a, float lse_b) {
-    RowMerge r;
-    r.lse = lse_b;
-    if (lse_a != kNegInf) {
-      const float hi = fmaxf(lse_a, lse_b), lo = fminf(lse_a, lse_b);
-      r.lse = hi + log1pf(__expf(lo - hi));
-      r.w_a = __expf(lse_a - r.lse);
-      r.w_b = __expf(lse_b - r.lse);
-    }
-    return r;
-  }
-};
-
 // O / l to `out` (input type or fp32) and the LSE, rows of the sequence only.
 // In the input type, the four threads of a row's quad first transpose their
 // values, four 8-column atoms at a time, so that each thread holds one atom's
@@ -208,13 +191,22 @@ __device__ __forceinline__ void write_output(const FwdParams& p, const float (&o
   finish_rows<Tr>(m, l, [&](int a, int half, float inv, float lse) {
     const int64_t row = q0 + warp * Tr::kWarpRows + a * 16 + (lane >> 2) + half * 8;
     bool in_sequence = seq.has_row(row);
-    const int64_t out_row = kMerge ? h % p.residue_rate + (seq.q_first + row) * p.residue_rate : seq.q_first + row;
+    const int64_t out_row =
+        kMerge ? static_cast<int32_t>(h) % static_cast<int32_t>(p.residue_rate) + (seq.q_first + row) * p.residue_rate
+               : seq.q_first + row;
     const int64_t row_offset = p.out.row_offset(seq.batch, h, out_row);
-    const auto lse_at = [&] { return p.lse + seq.batch * p.lse_stride_b + h * p.lse_stride_h + out_row * p.lse_stride_l; };
+    const auto lse_at = [&] {
+      return p.lse + seq.batch * p.lse_stride_b + h * p.lse_stride_h + out_row * p.lse_stride_l;
+    };
     RowMerge merge;
     if constexpr (kMerge) {
       in_sequence = in_sequence && lse != kNegInf;  // no key here: the rest's result stands
-      if (in_sequence) merge = RowMerge::of(*lse_at(), lse);
+      // The rest's LSE, read by the lane that writes the merged one and
+      // handed to its quad (no lane reads what another writes).
+      float lse_a = kNegInf;
+      if (in_sequence && (lane & 3) == 0) lse_a = *lse_at();
+      lse_a = __shfl_sync(0xffffffffu, lse_a, lane & ~3);
+      if (in_sequence) merge = RowMerge::of(lse_a, lse);
       inv *= merge.w_b;
       lse = merge.lse;
     }

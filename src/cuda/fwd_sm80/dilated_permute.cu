@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/row_merge.cuh"
 #include "cuda/fwd_sm80/dilated_permute.hpp"
 #include "spattn/error.hpp"
 
@@ -54,14 +55,8 @@ __global__ void __launch_bounds__(kThreads) merge_kernel(const PermuteGeometry g
     const RowIndex r = permuted_row(g, n);
     const int64_t i = r.position - (p.k_len - p.q_len);
     float* lse_at = p.lse + r.b * p.lse_stride_b + r.h * p.lse_stride_h + i * p.lse_stride_l;
-    const float lse_a = *lse_at;
-    float w_a = 0.0f, w_b = 1.0f, lse = lse_b;
-    if (lse_a != neg_inf) {
-      const float hi = fmaxf(lse_a, lse_b), lo = fminf(lse_a, lse_b);
-      lse = hi + log1pf(__expf(lo - hi));
-      w_a = __expf(lse_a - lse);
-      w_b = __expf(lse_b - lse);
-    }
+    const RowMerge merge = RowMerge::of(*lse_at, lse_b);
+    const float w_a = merge.w_a, w_b = merge.w_b, lse = merge.lse;
     const int64_t out_row = p.out.row_offset(r.b, r.h, i);
     const float* from = o_b + n * g.head_dim;
     for (int64_t d = lane; d < g.head_dim; d += 32) {

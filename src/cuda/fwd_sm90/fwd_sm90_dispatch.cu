@@ -49,8 +49,12 @@ bool fwd_sm90_available() {
     cudaGetLastError();  // no usable device: clear the (non-sticky) error and say no
     return false;
   }
-  const DeviceInfo& info = current_device_info();
-  return info.major == 9 && info.minor == 0;
+  try {
+    const DeviceInfo& info = current_device_info();
+    return info.major == 9 && info.minor == 0;
+  } catch (const Error&) {
+    return false;  // the device's attributes cannot be read: not usable
+  }
 }
 
 std::string fwd_sm90_head_dims() {

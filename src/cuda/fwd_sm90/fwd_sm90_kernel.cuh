@@ -25,7 +25,9 @@
 //     free stage n
 //   with P(n-1) V(n-1) running on the tensor cores during the softmax of
 //   tile n (consume_unit).
-//   then O / l and the LSE (or a split row's partial result) are written.
+//   then O / l and the LSE (or a split row's partial result) are written;
+//   in the permuted pass of a dilated split (FwdParams::merge_into_out),
+//   merged into the rest pass's rows of out and the LSE.
 // Rows past q_len and keys past k_len arrive as zeros (TMA fills outside the
 // tensor); key bounds are masked in registers, rows past q_len never written.
 // In a packed varlen batch (sequence_span.hpp) the maps cover the packed
@@ -131,8 +133,9 @@ struct RingSlot {
 // grids); kNoItem ends both roles' loops.
 template <typename Tr>
 struct UnitRing {
-  // One counter rather than a RingSlot's stage and parity: the producer
-  // thread keeps it in its 40 registers (with a RingSlot it spilled a word).
+  // One counter rather than a RingSlot's stage and parity: a register less
+  // for the producer thread (at 40 it already keeps the grid size in local
+  // memory; with a RingSlot it spilled a second word).
   static_assert((Tr::kUnitSlots & (Tr::kUnitSlots - 1)) == 0, "slot and parity come from one counter");
   uint32_t uses = 0;  // slots used so far: slot uses % kUnitSlots, parity (uses / kUnitSlots) % 2
   __device__ __forceinline__ int slot() const { return static_cast<int>(uses % Tr::kUnitSlots); }

@@ -40,6 +40,8 @@ void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   const auto kernel = fwd_sm90_kernel<Tr>;
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Tr::kSmemBytes, "fwd_sm90");
   const DeviceInfo& device = current_device_info();
+  require(!p.merge_into_out || p.plan.num_split_rows == 0,
+          "CUDA sm90 kernel: a pass merged into out cannot have split rows (their combine step does not merge)");
   const int64_t units = p.plan.num_items * p.batch * (p.q_heads / p.plan.blocks.num_heads);
   require(units <= INT32_MAX, "CUDA sm90 kernel: ", units,
           " work units (plan items x batch x query heads per mask head) exceed 2^31 - 1");
@@ -47,7 +49,9 @@ void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   if (ctas > 0) {
     ScopedScratch unit_counter(sizeof(uint32_t), stream);  // the units drawn after each CTA's first
     check_cuda(cudaMemsetAsync(unit_counter.get(), 0, sizeof(uint32_t), stream), "cudaMemsetAsync(unit counter)");
-    const int64_t kv_bytes = 2 * map_batch * p.kv_heads * k_rows * kHeadDim * static_cast<int64_t>(sizeof(T));
+    // K and V bytes the launch reads (a permuted pass reads every residue's rows).
+    const int64_t kv_bytes =
+        2 * map_batch * p.kv_heads * k_rows * rate * kHeadDim * static_cast<int64_t>(sizeof(T));
     const Sm90Schedule schedule{static_cast<uint32_t*>(unit_counter.get()),
                                 choose_unit_order(p.plan, units / p.plan.num_items, ctas, kv_bytes, device.l2_bytes)};
     kernel<<<static_cast<unsigned>(ctas), Tr::kThreads, Tr::kSmemBytes, stream>>>(p, maps, schedule);

@@ -6,7 +6,8 @@
 // tensor map with dimensions (D, R, L / R, H, B) for a residue rate R (1 but
 // in the permuted pass of a dilated split, FwdParams::residue_rate: row
 // r + n R of the tensor is (r, n)), boxes of 128 bytes of D by one residue by
-// `box_rows` rows, the 128-byte swizzle, and zero fill outside the tensor. cuTensorMapEncodeTiled is reached through the runtime's driver entry
+// `box_rows` rows, the 128-byte swizzle, and zero fill outside the tensor.
+// cuTensorMapEncodeTiled is reached through the runtime's driver entry
 // point, so nothing links the driver library.
 #pragma once
 

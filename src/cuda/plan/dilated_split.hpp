@@ -20,7 +20,9 @@
 // those keys out instead. Every other block of the rest is partial. (Runs need
 // the kernel to walk the mask's own blocks: block sizes multiples of the
 // kernel tile; otherwise there are none.)
-// The two (O, LSE) results are merged per row in fp32.
+// The two (O, LSE) results are merged per row in fp32 (RowMerge,
+// cuda/common/row_merge.cuh); in the sm90 permuted pass's epilogue its own O
+// is rounded to the output type first.
 #pragma once
 
 #include <cstdint>

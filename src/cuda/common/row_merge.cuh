@@ -1,0 +1,27 @@
+// cuda/common/row_merge.cuh - how two results of one query row over
+// disjoint key sets combine (the two passes of a dilated split): the weights
+// of each side's normalised O and the LSE of the union. Used by the sm80
+// path's merge kernel and by the sm90 permuted pass's epilogue.
+#pragma once
+
+namespace spattn::cuda_detail {
+
+// O = w_a O_a + w_b O_b and the merged LSE, for results (O_a, lse_a) and
+// (O_b, lse_b) with lse_b finite; lse_a = -inf (no key on that side) gives
+// w_a = 0.
+struct RowMerge {
+  float w_a = 0.0f, w_b = 1.0f, lse = 0.0f;
+  __device__ __forceinline__ static RowMerge of(float lse_a, float lse_b) {
+    RowMerge r;
+    r.lse = lse_b;
+    if (lse_a != -__builtin_huge_valf()) {
+      const float hi = fmaxf(lse_a, lse_b), lo = fminf(lse_a, lse_b);
+      r.lse = hi + log1pf(__expf(lo - hi));
+      r.w_a = __expf(lse_a - r.lse);
+      r.w_b = __expf(lse_b - r.lse);
+    }
+    return r;
+  }
+};
+
+}  // namespace spattn::cuda_detail

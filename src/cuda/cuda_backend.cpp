@@ -174,22 +174,9 @@ void run_dilated_split(const cuda_detail::DilatedSplit& split, const cuda_detail
   }
   rest.mask = cuda_detail::device_mask(split.rest, s);
   rest.plan = cuda_detail::device_tile_plan(split.rest, tile, s);
-  rest.exclude.kind = cuda_detail::Exclusion::Rest;
-  rest.exclude.causal = split.causal;
-  rest.exclude.segment = split.segment;
-  rest.exclude.rate = split.rate;
-  rest.exclude.p_lo = split.first_position;
-  rest.exclude.p_hi = split.first_position + split.num_segments * split.segment;
-
-  perm.exclude = rest.exclude;
-  perm.exclude.kind = cuda_detail::Exclusion::FullRuns;
-  perm.exclude.group = split.group;
-  perm.exclude.first_position = split.first_position;
-  perm.exclude.shift = shift;
-  perm.exclude.block_q = split.rest.block_q();
-  perm.exclude.num_q_blocks = split.rest.num_q_blocks();
-  perm.exclude.runs = cuda_detail::device_table(split.rest, split.full_runs, s);
-  perm.exclude.runs_per_head = split.rest.num_heads() != 1;
+  rest.exclude = cuda_detail::rest_exclusion(split);
+  perm.exclude = cuda_detail::permuted_exclusion(split, p.q_len, p.k_len,
+                                                 cuda_detail::device_table(split.rest, split.full_runs, s));
   if (in_place) {
     const int64_t q_first = split.first_position - shift;  // the query row at the first regular position
     perm.q = from_row(p.q, q_first, dtype_size(dtype));

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/common/excluded_keys.hpp"
 #include "cuda/common/row_key_bits.hpp"
 #include "cuda/fwd_sm90/work_units.hpp"
 #include "cuda/plan/dilated_split.hpp"
@@ -303,6 +304,75 @@ TEST(CudaDilatedSplit, PartitionsEveryPairOnce) {
   expect_split_partitions_the_mask(Pattern::dilated({128, 512}, {2, 4}, false), 900, 900, 4, 64);
   expect_split_partitions_the_mask(
       Pattern::unite(Pattern::dilated({512}, {8}, false), Pattern::streaming(16, 100)), 777, 777, 8, 16);
+}
+
+// Whether the kernel's exclusion (excluded_keys over x) takes key j out of row i.
+bool excludes(const cuda_detail::DilatedExclusion& x, int64_t h, int64_t i, int64_t j, int64_t shift) {
+  cuda_detail::KeySpan keys;
+  return cuda_detail::excluded_keys(x, h, cuda_detail::positive_mod(h, x.rate), i, shift, keys) && j >= keys.lo &&
+         j <= keys.hi && cuda_detail::positive_mod(j - keys.residue, keys.stride) == 0;
+}
+
+// Whether the block of (i, j) in head h's rows of `mask` is kept and full.
+bool block_full(const BlockMask& mask, int64_t h, int64_t i, int64_t j) {
+  const int64_t r = (mask.num_heads() == 1 ? 0 : h) * mask.num_q_blocks() + i / mask.block_q();
+  for (int64_t e = mask.row_offsets()[r]; e < mask.row_offsets()[r + 1]; ++e)
+    if (mask.kv_indices()[e] == j / mask.block_k()) return mask.kv_full()[e] != 0;
+  return false;
+}
+
+// The pairs the two passes compute with the exclusions the CUDA backend
+// passes them (rest_exclusion, permuted_exclusion) and the kernels' per-row
+// formula (excluded_keys): the rest pass every pair its mask allows, less the
+// excluded keys on partial blocks; the permuted pass every pair of its
+// block-diagonal mask, less the excluded keys. Every pair of the pattern comes
+// out exactly once, and no other.
+void expect_passes_compute_each_pair_once(const Pattern& pattern, int64_t lq, int64_t lk, int64_t heads,
+                                          int64_t block, TileShape tile) {
+  SCOPED_TRACE(pattern.describe() + " Lq " + std::to_string(lq) + " Lk " + std::to_string(lk) + " block " +
+               std::to_string(block) + " tile " + std::to_string(tile.rows) + "x" + std::to_string(tile.cols));
+  const BlockMask mask = BlockMask::build(pattern, MaskShape{lq, lk, block, block, heads});
+  const auto split = cuda_detail::make_dilated_split(mask, tile);
+  ASSERT_NE(split, nullptr);
+  const cuda_detail::DilatedExclusion rest = cuda_detail::rest_exclusion(*split);
+  const cuda_detail::DilatedExclusion permuted =
+      cuda_detail::permuted_exclusion(*split, lq, lk, split->full_runs.data());
+  const int64_t shift = lk - lq, n = split->num_segments * split->group, r = split->rate;
+  for (int64_t h = 0; h < heads; ++h) {
+    std::vector<uint8_t> computed(static_cast<size_t>(lq * lk), 0);
+    for (int64_t i = 0; i < lq; ++i)
+      for (int64_t j = 0; j < lk; ++j)
+        computed[i * lk + j] = split->rest.allowed(h, heads, i, j) &&
+                               (block_full(split->rest, h, i, j) || !excludes(rest, h, i, j, shift));
+    // Permuted row a of group g: position first_position + g w + h % r + a r.
+    auto position = [&](int64_t row) {
+      return split->first_position + row / split->group * split->segment + h % r + row % split->group * r;
+    };
+    for (int64_t row = 0; row < n; ++row)
+      for (int64_t key = 0; key < n; ++key)
+        if (split->permuted.allowed(0, 1, row, key) && !excludes(permuted, h, row, key, 0))
+          ++computed[(position(row) - shift) * lk + position(key)];
+    for (int64_t i = 0; i < lq; ++i)
+      for (int64_t j = 0; j < lk; ++j)
+        ASSERT_EQ(static_cast<int>(computed[i * lk + j]), mask.allowed(h, heads, i, j) ? 1 : 0)
+            << "h " << h << " i " << i << " j " << j;
+  }
+}
+
+TEST(CudaDilatedSplit, PassesComputeEachPairOnce) {
+  const Pattern bench = Pattern::unite(Pattern::dilated({256}, {4}, true), Pattern::sliding_window(64));
+  const Pattern offset = Pattern::unite(Pattern::dilated({288}, {4}, true), Pattern::sliding_window(256));
+  for (const TileShape tile : {TileShape{128, 64}, TileShape{128, 128}}) {
+    expect_passes_compute_each_pair_once(bench, 1024, 1024, 4, 128, tile);
+    expect_passes_compute_each_pair_once(bench, 1000, 1000, 5, 32, tile);  // ragged last segment, no full runs
+    expect_passes_compute_each_pair_once(bench, 700, 1100, 4, 128, tile);  // Lq < Lk
+    expect_passes_compute_each_pair_once(bench, 1100, 700, 4, 128, tile);  // Lq > Lk
+    // First regular segment at 288, not a multiple of the blocks, with full runs.
+    expect_passes_compute_each_pair_once(offset, 744, 1000, 4, 128, tile);
+    expect_passes_compute_each_pair_once(offset, 1000, 744, 4, 128, tile);
+    expect_passes_compute_each_pair_once(Pattern::unite(Pattern::dilated({512}, {4}, true), Pattern::causal()), 1500,
+                                         1500, 4, 128, tile);
+  }
 }
 
 // Full runs exist only where the kernel walks the mask's own blocks (blocks

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/excluded_keys.hpp"
 #include "cuda/common/fwd_params.hpp"
 #include "cuda/common/row_key_bits.hpp"
 #include "cuda/common/sequence_span.hpp"
@@ -116,39 +117,21 @@ __device__ __forceinline__ uint64_t spread_row_bits(uint32_t bits, int a, int ha
 }
 
 // The entries of the tile that p.exclude removes (same bit order as
-// partial_keep_bits; see DilatedExclusion).
+// partial_keep_bits; the keys of each row from excluded_keys).
 template <typename Tr>
 __device__ __forceinline__ uint64_t excluded_bits(const FwdParams& p, const SequenceSpan& seq, int64_t h, int64_t q0,
                                                   int64_t k0, int warp, int lane) {
-  const DilatedExclusion& x = p.exclude;
-  const int64_t residue = positive_mod(h, x.rate);
+  const int64_t residue = positive_mod(h, p.exclude.rate);
   const int first_col = (lane & 3) * 2;
   uint64_t out = 0;
 #pragma unroll 1
   for (int rr = 0; rr < 2 * Tr::kMAtoms; ++rr) {
     const int a = rr >> 1, half = rr & 1;
     const int64_t i = q0 + warp * Tr::kWarpRows + a * 16 + (lane >> 2) + half * 8;
-    if (!seq.has_row(i)) continue;
-    int64_t lo = 0, hi = -1, stride = 1, key_residue = 0;
-    if (x.kind == Exclusion::Rest) {
-      const int64_t pos = i + seq.k_len - seq.q_len;
-      if (pos < x.p_lo || pos >= x.p_hi || positive_mod(pos, x.rate) != residue) continue;
-      lo = pos - positive_mod(pos, x.segment);
-      hi = x.causal ? pos : lo + x.segment - 1;
-      stride = x.rate;
-      key_residue = residue;
-    } else {
-      const int64_t g = nonnegative_div(i, x.group), start = x.first_position + g * x.segment + residue;
-      const int64_t qb = nonnegative_div(start + (i - g * x.group) * x.rate - x.shift, x.block_q);
-      const int32_t* run = x.runs + 2 * ((x.runs_per_head ? h : 0) * x.num_q_blocks + qb);
-      const int64_t first = run[0] - start, last = run[1] - 1 - start;  // key offsets from the group start
-      if (last < 0 || first > last) continue;
-      const int64_t b_lo = first <= 0 ? 0 : nonnegative_div(first + x.rate - 1, x.rate);
-      const int64_t b_last = nonnegative_div(last, x.rate), b_hi = b_last < x.group - 1 ? b_last : x.group - 1;
-      lo = g * x.group + b_lo;
-      hi = g * x.group + b_hi;
-    }
-    out |= spread_row_bits<Tr>(span_bits<Tr::kNAtoms>(lo, hi, stride, key_residue, k0, first_col), a, half);
+    KeySpan keys;
+    if (!seq.has_row(i) || !excluded_keys(p.exclude, h, residue, i, seq.k_len - seq.q_len, keys)) continue;
+    out |= spread_row_bits<Tr>(span_bits<Tr::kNAtoms>(keys.lo, keys.hi, keys.stride, keys.residue, k0, first_col),
+                               a, half);
   }
   return out;
 }

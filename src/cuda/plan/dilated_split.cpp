@@ -147,4 +147,28 @@ std::shared_ptr<const DilatedSplit> make_dilated_split(const BlockMask& mask, Ti
   return split;
 }
 
+DilatedExclusion rest_exclusion(const DilatedSplit& split) {
+  DilatedExclusion x;
+  x.kind = Exclusion::Rest;
+  x.causal = split.causal;
+  x.segment = split.segment;
+  x.rate = split.rate;
+  x.p_lo = split.first_position;
+  x.p_hi = split.first_position + split.num_segments * split.segment;
+  return x;
+}
+
+DilatedExclusion permuted_exclusion(const DilatedSplit& split, int64_t q_len, int64_t k_len, const int32_t* runs) {
+  DilatedExclusion x = rest_exclusion(split);
+  x.kind = Exclusion::FullRuns;
+  x.group = split.group;
+  x.first_position = split.first_position;
+  x.shift = k_len - q_len;
+  x.block_q = split.rest.block_q();
+  x.num_q_blocks = split.rest.num_q_blocks();
+  x.runs = runs;
+  x.runs_per_head = split.rest.num_heads() != 1;
+  return x;
+}
+
 }  // namespace spattn::cuda_detail

@@ -29,6 +29,7 @@
 #include <memory>
 #include <vector>
 
+#include "cuda/common/fwd_params.hpp"
 #include "cuda/plan/tile_plan.hpp"
 #include "spattn/block_mask.hpp"
 
@@ -53,5 +54,11 @@ struct DilatedSplit {
 // has no such dilated term, is per-head, or the mask is not the pattern's
 // whole plan (BlockMask::build).
 std::shared_ptr<const DilatedSplit> make_dilated_split(const BlockMask& mask, TileShape tile);
+
+// What each pass leaves to the other (FwdParams::exclude): the rest pass's
+// exclusion, and the permuted pass's for a call of q_len queries and k_len
+// keys with `runs` the split's full_runs (a device copy for the kernels).
+DilatedExclusion rest_exclusion(const DilatedSplit& split);
+DilatedExclusion permuted_exclusion(const DilatedSplit& split, int64_t q_len, int64_t k_len, const int32_t* runs);
 
 }  // namespace spattn::cuda_detail

@@ -87,7 +87,8 @@ __device__ __forceinline__ uint64_t partial_keep_bits(const FwdParams& p, const 
     }
     const int shift_out = a * Tr::kNAtoms * 4 + half * 2;
     if (!has_sub) {  // the mask's own blocks: the predicate and the key bounds decide
-      const int k_end = keys_left >= Tr::kBlockN ? kCols : first_column_at_or_after(static_cast<int>(keys_left), first_col);
+      const int k_end =
+          keys_left >= Tr::kBlockN ? kCols : first_column_at_or_after(static_cast<int>(keys_left), first_col);
       allowed &= k_end >= 32 ? ~0u : (1u << k_end) - 1u;
       uint64_t spread = 0;  // column pair n (bits 2n, 2n+1) -> entries s[a][n][2 * half + c]
 #pragma unroll

@@ -14,8 +14,8 @@
 
 #include "cuda/common/exp2_poly.cuh"
 #include "cuda/common/fwd_params.hpp"
-#include "cuda/common/row_merge.cuh"
 #include "cuda/common/ptx_sm80.cuh"
+#include "cuda/common/row_merge.cuh"
 #include "cuda/common/sequence_span.hpp"
 #include "cuda/common/tile_mask.cuh"
 

@@ -1,7 +1,8 @@
 // cuda/common/online_softmax.cuh - the fp32 online softmax over a score tile
-// and the final writes of O / l and the LSE, shared by the sm80 (mma.sync) and
-// sm90 (wgmma) forward kernels, which hold S and O in the same per-warp m16n8
-// accumulator layout (see tile_mask.cuh).
+// and the final writes of O / l and the LSE (or, in the sm90 permuted pass of
+// a dilated split, their merge into the rest pass's), shared by the sm80
+// (mma.sync) and sm90 (wgmma) forward kernels, which hold S and O in the same
+// per-warp m16n8 accumulator layout (see tile_mask.cuh).
 //
 // The traits Tr provide T, kHeadDim, kMAtoms, kNAtoms, kDAtoms (8-wide columns
 // of O), kWarpRows and kExp2PolyEvery (every kExp2PolyEvery-th 8-key column

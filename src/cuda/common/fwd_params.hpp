@@ -69,6 +69,11 @@ struct FwdParams {
   // h % residue_rate + n * residue_rate of the tensors, whose data start at
   // the first regular position. 1 everywhere else.
   int64_t residue_rate = 1;
+  // Query head h's residue in that pass (0 elsewhere): a TMA coordinate and
+  // the offset of its rows in out. Heads and the rate fit 32 bits.
+  SPATTN_HD int32_t head_residue(int64_t h) const {
+    return static_cast<int32_t>(h) % static_cast<int32_t>(residue_rate);
+  }
   // That pass writes its rows straight into out and the LSE (the rows
   // h % residue_rate + n * residue_rate from the first regular row on),
   // merged with the rest pass's result they hold (write_output). False

@@ -192,9 +192,7 @@ __device__ __forceinline__ void write_output(const FwdParams& p, const float (&o
   finish_rows<Tr>(m, l, [&](int a, int half, float inv, float lse) {
     const int64_t row = q0 + warp * Tr::kWarpRows + a * 16 + (lane >> 2) + half * 8;
     bool in_sequence = seq.has_row(row);
-    const int64_t out_row =
-        kMerge ? static_cast<int32_t>(h) % static_cast<int32_t>(p.residue_rate) + (seq.q_first + row) * p.residue_rate
-               : seq.q_first + row;
+    const int64_t out_row = kMerge ? p.head_residue(h) + (seq.q_first + row) * p.residue_rate : seq.q_first + row;
     const int64_t row_offset = p.out.row_offset(seq.batch, h, out_row);
     const auto lse_at = [&] {
       return p.lse + seq.batch * p.lse_stride_b + h * p.lse_stride_h + out_row * p.lse_stride_l;

@@ -186,8 +186,7 @@ __device__ __forceinline__ void produce(const FwdParams& p, const Sm90TensorMaps
     TileWalk walk = TileWalk::entries(w.item.begin, w.item.end);
     // The consumers skip the same units (consume_unit): nothing is loaded for them.
     if (!seq.tile_has_rows(q0, Tr::kBlockM) || !walk.valid(plan, tiles_per_block, Tr::kBlockN, seq.k_len)) continue;
-    // Of the query head, for Q, K and V (heads and the rate fit 32 bits: TMA coordinates).
-    const int32_t residue = static_cast<int32_t>(w.h) % static_cast<int32_t>(p.residue_rate);
+    const int32_t residue = p.head_residue(w.h);  // of the query head, for Q, K and V
     bool q_loaded = false;
     do {
       const int64_t k_row = seq.k_first + walk.key_tile(plan, tiles_per_block) * Tr::kBlockN;

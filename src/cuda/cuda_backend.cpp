@@ -177,6 +177,7 @@ void run_dilated_split(const cuda_detail::DilatedSplit& split, const cuda_detail
   rest.exclude = cuda_detail::rest_exclusion(split);
   perm.exclude = cuda_detail::permuted_exclusion(split, p.q_len, p.k_len,
                                                  cuda_detail::device_table(split.rest, split.full_runs, s));
+  run_fused(rest, dtype, sm90, s);
   if (in_place) {
     const int64_t q_first = split.first_position - shift;  // the query row at the first regular position
     perm.q = from_row(p.q, q_first, dtype_size(dtype));
@@ -189,7 +190,6 @@ void run_dilated_split(const cuda_detail::DilatedSplit& split, const cuda_detail
     perm.lse_stride_h = rest.lse_stride_h;
     perm.lse_stride_l = rest.lse_stride_l;
     perm.merge_into_out = true;
-    run_fused(rest, dtype, sm90, s);
     run_fused(perm, dtype, sm90, s);
     return;
   }
@@ -208,7 +208,6 @@ void run_dilated_split(const cuda_detail::DilatedSplit& split, const cuda_detail
   perm.lse_stride_b = p.q_heads * n;
   perm.lse_stride_h = n;
   perm.lse_stride_l = 1;
-  run_fused(rest, dtype, sm90, s);
   cuda_detail::launch_dilated_gather(g, p.q, 1, shift, perm.q.data, dtype, s);
   cuda_detail::launch_dilated_gather(g, p.k, p.q_heads / p.kv_heads, 0, perm.k.data, dtype, s);
   cuda_detail::launch_dilated_gather(g, p.v, p.q_heads / p.kv_heads, 0, perm.v.data, dtype, s);

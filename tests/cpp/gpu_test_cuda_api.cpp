@@ -313,10 +313,12 @@ bool excludes(const cuda_detail::DilatedExclusion& x, int64_t h, int64_t i, int6
          j <= keys.hi && cuda_detail::positive_mod(j - keys.residue, keys.stride) == 0;
 }
 
-// Whether the block of (i, j) in head h's rows of `mask` is kept and full.
-bool block_full(const BlockMask& mask, int64_t h, int64_t i, int64_t j) {
-  const int64_t r = (mask.num_heads() == 1 ? 0 : h) * mask.num_q_blocks() + i / mask.block_q();
-  for (int64_t e = mask.row_offsets()[r]; e < mask.row_offsets()[r + 1]; ++e)
+// Whether the block of (i, j) in query head h's rows of `mask` (of `heads`
+// query heads) is kept and full.
+bool block_full(const BlockMask& mask, int64_t h, int64_t heads, int64_t i, int64_t j) {
+  const BlockMaskView v = mask.view();
+  const int64_t r = v.row(v.mask_head(h, heads), i / mask.block_q());
+  for (int64_t e = v.row_begin(r); e < v.row_end(r); ++e)
     if (mask.kv_indices()[e] == j / mask.block_k()) return mask.kv_full()[e] != 0;
   return false;
 }
@@ -343,7 +345,7 @@ void expect_passes_compute_each_pair_once(const Pattern& pattern, int64_t lq, in
     for (int64_t i = 0; i < lq; ++i)
       for (int64_t j = 0; j < lk; ++j)
         computed[i * lk + j] = split->rest.allowed(h, heads, i, j) &&
-                               (block_full(split->rest, h, i, j) || !excludes(rest, h, i, j, shift));
+                               (block_full(split->rest, h, heads, i, j) || !excludes(rest, h, i, j, shift));
     // Permuted row a of group g: position first_position + g w + h % r + a r.
     auto position = [&](int64_t row) {
       return split->first_position + row / split->group * split->segment + h % r + row % split->group * r;

@@ -53,7 +53,8 @@ bool fwd_sm90_available() {
     const DeviceInfo& info = current_device_info();
     return info.major == 9 && info.minor == 0;
   } catch (const Error&) {
-    return false;  // the device's attributes cannot be read: not usable
+    cudaGetLastError();  // the device's attributes cannot be read: clear the error and say no
+    return false;
   }
 }
 

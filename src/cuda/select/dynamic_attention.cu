@@ -114,6 +114,7 @@ bool use_sm90(const SelectConfig& config, int64_t head_dim) {
 // allocated once so that make_items allocates nothing.
 struct DynamicAttention::Items {
   int64_t count = 0;
+  int top_class = 0;  // length_class(capacity)
   int count_bits = 1, head_bits = 1, class_bits = 1, key_bits = 1;
   DevicePtr data;           // WorkItem[count], ordered: what the kernel reads
   DevicePtr in_tile_order;  // WorkItem[count], as items_kernel numbers them
@@ -124,9 +125,10 @@ struct DynamicAttention::Items {
 
   Items(int64_t batch, int64_t mask_heads, int64_t per_batch, int64_t capacity)
       : count(batch * per_batch),
+        top_class(length_class(capacity)),
         count_bits(bits_for(capacity)),
         head_bits(bits_for(mask_heads - 1)),
-        class_bits(bits_for(length_class(capacity) + 1)),
+        class_bits(bits_for(top_class + 1)),
         key_bits(count_bits + head_bits + class_bits + bits_for(batch - 1)),
         data(device_alloc(sizeof(WorkItem) * count, "cudaMalloc(work items)")),
         in_tile_order(device_alloc(sizeof(WorkItem) * count, "cudaMalloc(work items in tile order)")),
@@ -191,7 +193,7 @@ void DynamicAttention::make_items(cudaStream_t stream) {
   a.num_q_blocks = shape_mask_.num_q_blocks();
   a.tiles_per_block = shape_mask_.block_q() / tile_.rows;
   a.capacity = selector_->capacity();
-  a.top_class = length_class(a.capacity);
+  a.top_class = it.top_class;
   a.count_bits = it.count_bits;
   a.head_bits = it.head_bits;
   a.class_bits = it.class_bits;

@@ -377,6 +377,55 @@ TEST(CudaDilatedSplit, PassesComputeEachPairOnce) {
   }
 }
 
+// In a regular row the rest pass's predicate may leave the split's dilated
+// term out: after the exclusion the row keeps the same keys (every pair of
+// the term there is excluded).
+TEST(CudaDilatedSplit, RegularRestRowsMayLeaveTheDilatedTermOut) {
+  constexpr int kNAtoms = 8;  // 64-key tiles, 16 columns per thread
+  const std::vector<std::pair<Pattern, std::pair<int64_t, int64_t>>> cases = {
+      {Pattern::unite(Pattern::dilated({256}, {4}, true), Pattern::sliding_window(64)), {1024, 1024}},
+      {Pattern::unite(Pattern::dilated({288}, {4}, true), Pattern::sliding_window(256)), {744, 1000}},
+      {Pattern::unite(Pattern::dilated({512}, {4}, false), Pattern::causal()), {1100, 900}},
+      {Pattern::dilated({128, 512}, {2, 4}, true), {900, 900}},
+  };
+  int64_t rows_checked = 0;
+  for (const auto& [pattern, lengths] : cases) {
+    const auto [lq, lk] = lengths;
+    SCOPED_TRACE(pattern.describe());
+    const int64_t heads = 4, shift = lk - lq;
+    const BlockMask mask = BlockMask::build(pattern, MaskShape{lq, lk, 128, 128, heads});
+    const auto split = cuda_detail::make_dilated_split(mask, TileShape{128, 128});
+    ASSERT_NE(split, nullptr);
+    const cuda_detail::DilatedExclusion rest = cuda_detail::rest_exclusion(*split);
+    ASSERT_GE(rest.term, 0);
+    EXPECT_EQ(rest.term_left_out(rest.p_lo, rest.p_hi), rest.term);
+    EXPECT_EQ(rest.term_left_out(rest.p_lo - 1, rest.p_hi), -1);
+    EXPECT_EQ(rest.term_left_out(rest.p_lo, rest.p_hi + 1), -1);
+    const PatternExpr& e = pattern.exprs()[0];
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t pos = rest.p_lo; pos < rest.p_hi; ++pos) {
+        const int64_t i = pos - shift;
+        if (i < 0 || i >= lq) continue;
+        ++rows_checked;
+        cuda_detail::KeySpan keys;
+        const bool has_excl =
+            cuda_detail::excluded_keys(rest, h, cuda_detail::positive_mod(h, rest.rate), i, shift, keys);
+        for (int64_t k0 = 0; k0 < lk; k0 += 8 * kNAtoms)
+          for (int first_col = 0; first_col < 8; first_col += 2) {
+            uint32_t whole = 0, without = 0;
+            ASSERT_TRUE(cuda_detail::expr_row_bits<kNAtoms>(e, h, pos, k0, first_col, whole));
+            ASSERT_TRUE(cuda_detail::expr_row_bits<kNAtoms>(e, h, pos, k0, first_col, without,
+                                                            rest.term_left_out(pos, pos + 1)));
+            const uint32_t excluded =
+                has_excl ? cuda_detail::span_bits<kNAtoms>(keys.lo, keys.hi, keys.stride, keys.residue, k0, first_col)
+                         : 0u;
+            ASSERT_EQ(whole & ~excluded, without & ~excluded) << "h " << h << " position " << pos << " k0 " << k0;
+          }
+      }
+  }
+  EXPECT_GT(rows_checked, 1000);
+}
+
 // Full runs exist only where the kernel walks the mask's own blocks (blocks
 // multiples of its tile): 128 x 64 blocks have them for the sm80 tile, not for
 // the sm90 one; 128 x 128 blocks for both.

@@ -37,8 +37,17 @@ struct DilatedExclusion {
   int32_t causal = 0;
   int64_t segment = 0, rate = 1, p_lo = 0, p_hi = 0;
   int64_t group = 1, first_position = 0, shift = 0, block_q = 1, num_q_blocks = 0;
+  // Rest: the index of the dilated term in the pattern's expression (-1: none).
+  int32_t term = -1;
   const int32_t* runs = nullptr;
   bool runs_per_head = false;
+
+  // The term that rows at positions [lo, hi) may leave out of their predicate
+  // (-1: none): the rest pass's dilated term where they all lie in
+  // [p_lo, p_hi), since every pair of it there is excluded.
+  SPATTN_HD int32_t term_left_out(int64_t lo, int64_t hi) const {
+    return kind == Exclusion::Rest && lo >= p_lo && hi <= p_hi ? term : -1;
+  }
 };
 
 // A packed batch of variable-length sequences (attention_varlen): sequence b

@@ -155,13 +155,16 @@ SPATTN_HD bool term_row_bits(const PatternTerm& t, int64_t h, int64_t p, int64_t
 }
 
 // The expression's allowed keys among the thread's columns (OR or AND of its
-// terms); false if some term has no span form.
+// terms); false if some term has no span form. Term `skip_term` of an OR is
+// left out (a dilated split's rest pass: its term's pairs in the row are all
+// excluded anyway).
 template <int kNAtoms>
 SPATTN_HD bool expr_row_bits(const PatternExpr& e, int64_t h, int64_t p, int64_t k0, int first_col,
-                             uint32_t& bits) {
+                             uint32_t& bits, int32_t skip_term = -1) {
   const bool all = e.op == ExprOp::And;
   uint32_t acc = all ? (2u << (2 * kNAtoms - 1)) - 1u : 0u;
   for (int32_t n = 0; n < e.num_terms; ++n) {
+    if (n == skip_term && !all) continue;
     uint32_t term_bits = 0;
     if (!term_row_bits<kNAtoms>(e.terms[n], h, p, k0, first_col, term_bits)) return false;
     acc = all ? acc & term_bits : acc | term_bits;

@@ -70,6 +70,8 @@ __device__ __forceinline__ uint64_t partial_keep_bits(const FwdParams& p, const 
   // mask row; a regular batch's mask rows are its query rows).
   const int64_t shift = seq.k_len - seq.q_len, keys_left = seq.k_len - k0;
   const int first_col = (lane & 3) * 2;
+  const int64_t warp_pos = q0 + warp * Tr::kWarpRows + shift;
+  const int32_t skip_term = p.exclude.term_left_out(warp_pos, warp_pos + Tr::kWarpRows);
   uint64_t keep = 0;
 #pragma unroll 1
   for (int rr = 0; rr < 2 * Tr::kMAtoms; ++rr) {
@@ -78,7 +80,7 @@ __device__ __forceinline__ uint64_t partial_keep_bits(const FwdParams& p, const 
     const int64_t i = q0 + row;
     if (!seq.has_row(i)) continue;
     uint32_t allowed = 0;
-    if (!expr_row_bits<Tr::kNAtoms>(expr, h, i + shift, k0, first_col, allowed)) {
+    if (!expr_row_bits<Tr::kNAtoms>(expr, h, i + shift, k0, first_col, allowed, skip_term)) {
 #pragma unroll 1
       for (int k = 0; k < kCols; ++k) {
         const int col = (k >> 1) * 8 + (k & 1) + first_col;

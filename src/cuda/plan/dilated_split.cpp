@@ -133,6 +133,7 @@ std::shared_ptr<const DilatedSplit> make_dilated_split(const BlockMask& mask, Ti
   split->rate = d.b;
   split->group = w / d.b;
   split->causal = d.causal;
+  split->term = chosen;
   split->first_position = first_segment * w;
   split->num_segments = end_segment - first_segment;
   split->query_heads = mask.num_heads();
@@ -155,6 +156,7 @@ DilatedExclusion rest_exclusion(const DilatedSplit& split) {
   x.rate = split.rate;
   x.p_lo = split.first_position;
   x.p_hi = split.first_position + split.num_segments * split.segment;
+  x.term = split.term;
   return x;
 }
 

@@ -40,6 +40,7 @@ struct DilatedSplit {
   int64_t rate = 0;           // r
   int64_t group = 0;          // G = w / r tokens per (segment, residue) group
   int32_t causal = 0;         // D carries the causal modifier
+  int32_t term = -1;          // D's index in the pattern's expression
   int64_t first_position = 0; // first position of the first regular segment
   int64_t num_segments = 0;   // regular segments
   int64_t query_heads = 0;    // the mask is per query head; calls must match

@@ -17,6 +17,8 @@
 # HEAD_DIMS (SPATTN_CUDA_HEAD_DIMS of the build, default all),
 # CASES (benchmark cases of the bench stage, default all), HEAD_DIM (of the
 # bench stage, default 128), PROFILE_CASE (of the profile stage, default dense),
+# PROFILE_SKIP (kernel launches of that case skipped before the profiled one,
+# default 1: a dilated case's launches are rest pass, permuted pass, ...),
 # SHAPES (bench and peer shapes, default 32768x16,131072x8), WHEELS (folder of the
 # Python build backend's wheels for machines without PyPI, default .whl).
 # Where GoogleTest is not
@@ -134,8 +136,9 @@ fi
 
 if want profile; then
   # Stall reasons, pipe use and the hottest SASS instructions of the fused
-  # kernel on a dense problem (PROFILE_CASE, default dense).
-  step profile profile.log ncu --kernel-name regex:fwd_sm --launch-skip 1 --launch-count 1 \
+  # kernel on a dense problem (PROFILE_CASE, default dense; its launch
+  # PROFILE_SKIP + 1).
+  step profile profile.log ncu --kernel-name regex:fwd_sm --launch-skip "${PROFILE_SKIP:-1}" --launch-count 1 \
     --section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis --section Occupancy \
     --section SourceCounters --import-source no -o "$LOG/profile" -f \
     "$BUILD/bench/spattn_cuda_bench" --cases "${PROFILE_CASE:-dense}" --seq 16384 --heads 16 --head-dim 128 \

@@ -266,7 +266,8 @@ void expect_split_partitions_the_mask(const Pattern& pattern, int64_t lq, int64_
   int64_t permuted_pairs = 0, run_pairs = 0;
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t i = 0; i < lq; ++i) {
-      const int32_t* run = &split->full_runs[2 * (h * split->rest.num_q_blocks() + i / block)];
+      const int64_t rest_head = split->rest.num_heads() == 1 ? 0 : h;
+      const int32_t* run = &split->full_runs[2 * (rest_head * split->rest.num_q_blocks() + i / block)];
       for (int64_t j = 0; j < lk; ++j) {
         const int64_t p = i + shift;
         const bool regular = p >= split->first_position && p < p_hi && p / w == j / w;
@@ -304,6 +305,28 @@ TEST(CudaDilatedSplit, PartitionsEveryPairOnce) {
   expect_split_partitions_the_mask(Pattern::dilated({128, 512}, {2, 4}, false), 900, 900, 4, 64);
   expect_split_partitions_the_mask(
       Pattern::unite(Pattern::dilated({512}, {8}, false), Pattern::streaming(16, 100)), 777, 777, 8, 16);
+}
+
+// The rest keeps one mask head where its heads are alike (blocks larger than
+// the rate), and one per head where they differ (a ragged last segment whose
+// 16-key blocks hold 16 of the 32 residues: heads 0 and 16 keep other blocks).
+TEST(CudaDilatedSplit, RestSharesOneMaskHeadWhereHeadsAreAlike) {
+  const Pattern bench = Pattern::unite(Pattern::dilated({256}, {4}, true), Pattern::sliding_window(64));
+  const auto alike = cuda_detail::make_dilated_split(BlockMask::build(bench, MaskShape{1024, 1024, 128, 128, 4}),
+                                                     TileShape{128, 128});
+  ASSERT_NE(alike, nullptr);
+  EXPECT_EQ(alike->rest.num_heads(), 1);
+  EXPECT_EQ(alike->full_runs.size(), static_cast<size_t>(2 * alike->rest.num_q_blocks()));
+  EXPECT_FALSE(cuda_detail::permuted_exclusion(*alike, 1024, 1024, alike->full_runs.data()).runs_per_head);
+
+  const Pattern wide = Pattern::unite(Pattern::dilated({2048}, {32}, true), Pattern::sliding_window(64));
+  const BlockMask per_head = BlockMask::build(wide, MaskShape{2304, 2304, 16, 16, 17});
+  const auto differ = cuda_detail::make_dilated_split(per_head, TileShape{128, 64});
+  ASSERT_NE(differ, nullptr);
+  EXPECT_EQ(differ->rest.num_heads(), 17);
+  EXPECT_TRUE(cuda_detail::permuted_exclusion(*differ, 2304, 2304, differ->full_runs.data()).runs_per_head);
+  // 16-key blocks: no full runs for either tile, one tile shape suffices.
+  expect_split_partitions_the_mask(wide, 2304, 2304, 17, 16, TileShape{128, 64});
 }
 
 // Whether the kernel's exclusion (excluded_keys over x) takes key j out of row i.

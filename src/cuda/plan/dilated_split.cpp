@@ -41,10 +41,32 @@ bool same_blocks(const BlockMask& a, const BlockMask& b) {
          a.kv_indices() == b.kv_indices() && a.kv_full() == b.kv_full();
 }
 
+// Whether every mask head of the rest has the same rows and full runs as head
+// 0 (a dilated mask is per head, but the rest of a rate that divides the
+// block size is the same in each).
+bool heads_alike(const std::vector<int64_t>& offsets, const std::vector<int32_t>& indices,
+                 const std::vector<uint8_t>& full, const std::vector<int32_t>& full_runs, int64_t heads,
+                 int64_t rows) {
+  const int64_t per_head = offsets[static_cast<size_t>(rows)];
+  for (int64_t h = 1; h < heads; ++h) {
+    const int64_t base = offsets[static_cast<size_t>(h * rows)];
+    if (offsets[static_cast<size_t>((h + 1) * rows)] - base != per_head) return false;
+    for (int64_t qb = 1; qb <= rows; ++qb)
+      if (offsets[static_cast<size_t>(h * rows + qb)] - base != offsets[static_cast<size_t>(qb)]) return false;
+    if (!std::equal(indices.begin(), indices.begin() + per_head, indices.begin() + base) ||
+        !std::equal(full.begin(), full.begin() + per_head, full.begin() + base) ||
+        !std::equal(full_runs.begin(), full_runs.begin() + 2 * rows, full_runs.begin() + 2 * h * rows))
+      return false;
+  }
+  return true;
+}
+
 // The rest's blocks: those of `mask` kept by `other` (rows matched by head)
 // or lying in a query block that reaches outside positions [p_lo, p_hi); all
 // partial except, in the other rows, the longest run of consecutive full
-// blocks (when `runs` is set), whose keys go to `full_runs`.
+// blocks (when `runs` is set), whose keys go to `full_runs`. One mask head
+// where all of them are alike: its plan is then shared by every query head,
+// as for a pattern without the dilated term.
 BlockMask rest_mask(const BlockMask& mask, const BlockMask* other, int64_t p_lo, int64_t p_hi, bool runs,
                     std::vector<int32_t>& full_runs) {
   const int64_t heads = mask.num_heads(), rows = mask.num_q_blocks();
@@ -93,7 +115,15 @@ BlockMask rest_mask(const BlockMask& mask, const BlockMask* other, int64_t p_lo,
       offsets.push_back(static_cast<int64_t>(indices.size()));
     }
   }
-  return BlockMask(mask.q_len(), mask.k_len(), mask.block_q(), mask.block_k(), heads, std::move(offsets),
+  int64_t kept_heads = heads;
+  if (heads > 1 && heads_alike(offsets, indices, full, full_runs, heads, rows)) {
+    kept_heads = 1;
+    offsets.resize(static_cast<size_t>(rows + 1));
+    indices.resize(static_cast<size_t>(offsets.back()));
+    full.resize(indices.size());
+    full_runs.resize(static_cast<size_t>(2 * rows));
+  }
+  return BlockMask(mask.q_len(), mask.k_len(), mask.block_q(), mask.block_k(), kept_heads, std::move(offsets),
                    std::move(indices), std::move(full), std::make_shared<Pattern>(*mask.pattern()));
 }
 

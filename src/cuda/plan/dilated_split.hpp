@@ -44,7 +44,8 @@ struct DilatedSplit {
   int64_t first_position = 0; // first position of the first regular segment
   int64_t num_segments = 0;   // regular segments
   int64_t query_heads = 0;    // the mask is per query head; calls must match
-  BlockMask rest;             // E minus D's regular pairs (pattern E; the kernel excludes them)
+  BlockMask rest;             // E minus D's regular pairs (pattern E; the kernel excludes them);
+                              // one mask head where every head's blocks are alike
   BlockMask permuted;         // block-diagonal(G) over num_segments * G permuted tokens
   // Per (rest mask head, query block): keys [first, end) of its full run
   // (first == end: none).

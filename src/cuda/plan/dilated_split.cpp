@@ -42,8 +42,8 @@ bool same_blocks(const BlockMask& a, const BlockMask& b) {
 }
 
 // Whether every mask head of the rest has the same rows and full runs as head
-// 0 (a dilated mask is per head, but the rest of a rate that divides the
-// block size is the same in each).
+// 0 (a dilated mask is per head; its rest, the other terms' blocks and the
+// rows of ragged segments, usually is the same in every head).
 bool heads_alike(const std::vector<int64_t>& offsets, const std::vector<int32_t>& indices,
                  const std::vector<uint8_t>& full, const std::vector<int32_t>& full_runs, int64_t heads,
                  int64_t rows) {

@@ -67,6 +67,10 @@ struct FwdParams {
   bool out_f32 = false;  // out holds fp32 instead of the input type
   float* lse = nullptr;  // optional fp32 (B, H, Lq)
   int64_t lse_stride_b = 0, lse_stride_h = 0, lse_stride_l = 0;
+  // The LSE of row l of head h of batch element b.
+  SPATTN_HD float* lse_at(int64_t b, int64_t h, int64_t l) const {
+    return lse + b * lse_stride_b + h * lse_stride_h + l * lse_stride_l;
+  }
   int64_t batch = 0, q_heads = 0, kv_heads = 0, q_len = 0, k_len = 0, head_dim = 0;
   float scale = 1.0f;       // softmax scale (> 0)
   float scale_log2 = 1.0f;  // scale * log2(e): scores go through exp2

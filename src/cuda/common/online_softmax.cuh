@@ -194,16 +194,13 @@ __device__ __forceinline__ void write_output(const FwdParams& p, const float (&o
     bool in_sequence = seq.has_row(row);
     const int64_t out_row = kMerge ? p.head_residue(h) + (seq.q_first + row) * p.residue_rate : seq.q_first + row;
     const int64_t row_offset = p.out.row_offset(seq.batch, h, out_row);
-    const auto lse_at = [&] {
-      return p.lse + seq.batch * p.lse_stride_b + h * p.lse_stride_h + out_row * p.lse_stride_l;
-    };
     RowMerge merge;
     if constexpr (kMerge) {
       in_sequence = in_sequence && lse != kNegInf;  // no key here: the rest's result stands
       // The rest's LSE, read by the lane that writes the merged one and
       // handed to its quad (no lane reads what another writes).
       float lse_a = kNegInf;
-      if (in_sequence && (lane & 3) == 0) lse_a = *lse_at();
+      if (in_sequence && (lane & 3) == 0) lse_a = *p.lse_at(seq.batch, h, out_row);
       lse_a = __shfl_sync(0xffffffffu, lse_a, lane & ~3);
       if (in_sequence) merge = RowMerge::of(lse_a, lse);
       inv *= merge.w_b;
@@ -257,7 +254,7 @@ __device__ __forceinline__ void write_output(const FwdParams& p, const float (&o
       }
       if (!in_sequence) return;
     }
-    if (p.lse != nullptr && (lane & 3) == 0) *lse_at() = lse;
+    if (p.lse != nullptr && (lane & 3) == 0) *p.lse_at(seq.batch, h, out_row) = lse;
   });
 }
 

@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(kCombineThreads) split_combine_kernel(const Fw
         store_out(static_cast<T*>(p.out.data) + out_row + d, acc);
     }
     if (p.lse != nullptr && lane == 0)
-      p.lse[seq.batch * p.lse_stride_b + h * p.lse_stride_h + (seq.q_first + q0 + r) * p.lse_stride_l] = lse;
+      *p.lse_at(seq.batch, h, seq.q_first + q0 + r) = lse;
   }
 }
 

@@ -54,7 +54,7 @@ __global__ void __launch_bounds__(kThreads) merge_kernel(const PermuteGeometry g
     if (lse_b == neg_inf) continue;  // the permuted pass saw no key: the rest stands
     const RowIndex r = permuted_row(g, n);
     const int64_t i = r.position - (p.k_len - p.q_len);
-    float* lse_at = p.lse + r.b * p.lse_stride_b + r.h * p.lse_stride_h + i * p.lse_stride_l;
+    float* lse_at = p.lse_at(r.b, r.h, i);
     const RowMerge merge = RowMerge::of(*lse_at, lse_b);
     const float w_a = merge.w_a, w_b = merge.w_b, lse = merge.lse;
     const int64_t out_row = p.out.row_offset(r.b, r.h, i);

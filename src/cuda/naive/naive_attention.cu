@@ -75,8 +75,7 @@ __global__ void __launch_bounds__(kThreadsPerCta) naive_kernel(const FwdParams p
   const int64_t out_row = p.out.row_offset(b, h, i);
   for (int64_t d = 0; d < D; ++d) store<T>(p.out.data, out_row + d, acc[d] * inv, p.out_f32);
   if (p.lse != nullptr)
-    p.lse[b * p.lse_stride_b + h * p.lse_stride_h + i * p.lse_stride_l] =
-        running_sum > 0.0f ? running_max + __logf(running_sum) : -__builtin_huge_valf();
+    *p.lse_at(b, h, i) = running_sum > 0.0f ? running_max + __logf(running_sum) : -__builtin_huge_valf();
 }
 
 template <typename T>

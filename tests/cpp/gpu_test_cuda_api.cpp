@@ -266,8 +266,8 @@ void expect_split_partitions_the_mask(const Pattern& pattern, int64_t lq, int64_
   int64_t permuted_pairs = 0, run_pairs = 0;
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t i = 0; i < lq; ++i) {
-      const int64_t rest_head = split->rest.num_heads() == 1 ? 0 : h;
-      const int32_t* run = &split->full_runs[2 * (rest_head * split->rest.num_q_blocks() + i / block)];
+      const BlockMaskView rest_view = split->rest.view();
+      const int32_t* run = &split->full_runs[2 * rest_view.row(rest_view.mask_head(h, heads), i / block)];
       for (int64_t j = 0; j < lk; ++j) {
         const int64_t p = i + shift;
         const bool regular = p >= split->first_position && p < p_hi && p / w == j / w;

@@ -494,9 +494,12 @@ TEST(CudaDilatedSplit, OnlyWhereThePermutationIsExact) {
   EXPECT_EQ(cuda_detail::make_dilated_split(part, TileShape{128, 64}), nullptr);
 }
 
-TEST(CudaRowKeyBits, SpanFormAgreesWithThePredicate) {
-  std::mt19937_64 rng(12);
-  constexpr int kNAtoms = 8;  // 64-key tiles, 16 columns per thread
+// kNAtoms 8: the sm80 kernel's 64-key tiles (16 columns per thread); 16: the
+// sm90 kernel's 128-key tiles (32 columns).
+template <int kNAtoms>
+void expect_span_form_agrees_with_the_predicate(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  constexpr int64_t kTileKeys = 8 * kNAtoms;
   int64_t rows_with_span_form = 0;
   for (int n = 0; n < 300; ++n) {
     const int64_t lq = draw(rng, 1, 900), lk = draw(rng, 1, 900), heads = 4;
@@ -504,7 +507,7 @@ TEST(CudaRowKeyBits, SpanFormAgreesWithThePredicate) {
     SCOPED_TRACE(c.name);
     for (int r = 0; r < 20; ++r) {
       const int64_t h = draw(rng, 0, heads - 1), i = draw(rng, 0, lq - 1), p = i + lk - lq;
-      const int64_t k0 = draw(rng, 0, (lk - 1) / 64) * 64;
+      const int64_t k0 = draw(rng, 0, (lk - 1) / kTileKeys) * kTileKeys;
       const int first_col = static_cast<int>(draw(rng, 0, 3)) * 2;
       const PatternExpr& e = c.pattern.expr_for_head(h, heads);
       uint32_t bits = 0;
@@ -518,6 +521,22 @@ TEST(CudaRowKeyBits, SpanFormAgreesWithThePredicate) {
     }
   }
   EXPECT_GT(rows_with_span_form, 1000);
+}
+
+TEST(CudaRowKeyBits, SpanFormAgreesWithThePredicate) {
+  expect_span_form_agrees_with_the_predicate<8>(12);
+  expect_span_form_agrees_with_the_predicate<16>(13);
+}
+
+// Columns are (k / 2) * 8 + (k % 2) + first_col; the first at or after x is
+// found without a search.
+TEST(CudaRowKeyBits, FirstColumnAtOrAfterMatchesASearch) {
+  for (int first_col = 0; first_col < 8; first_col += 2)
+    for (int x = -20; x <= 300; ++x) {
+      int k = 0;
+      while ((k / 2) * 8 + (k % 2) + first_col < x) ++k;
+      ASSERT_EQ(cuda_detail::first_column_at_or_after(x, first_col), k) << "x " << x << " first_col " << first_col;
+    }
 }
 
 TEST(CudaRowKeyBits, DivisionShortcutsAgreeWithPlainDivision) {

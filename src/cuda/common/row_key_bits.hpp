@@ -72,8 +72,8 @@ SPATTN_HD int64_t nonnegative_div(int64_t x, int64_t m) {
 // (columns are (k / 2) * 8 + (k % 2) + first_col).
 SPATTN_HD int first_column_at_or_after(int x, int first_col) {
   if (x <= first_col) return 0;
-  const int d = x - first_col, group = d / 8, rem = d % 8;
-  return 2 * group + (rem == 0 ? 0 : rem == 1 ? 1 : 2);
+  const unsigned d = static_cast<unsigned>(x - first_col), rem = d & 7u;  // d > 0: shifts and masks
+  return static_cast<int>(2u * (d >> 3) + (rem < 2u ? rem : 2u));
 }
 
 // Bits k (k < 2 * kNAtoms) of the thread's columns whose key lies in

@@ -230,8 +230,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm) fwd_sm80_ke
     // The predicate runs before S is live, so its registers do not compete with S.
     // Exclusions of a dilated split: the rest's on partial tiles, the permuted pass's everywhere.
     const bool excluding = p.exclude.kind == Exclusion::FullRuns || (p.exclude.kind == Exclusion::Rest && !full);
-    uint64_t keep = full ? ~uint64_t{0} : partial_keep_bits<Tr>(p, expr, walk, seq, h, q0, k0, warp, lane);
-    if (excluding) keep &= ~excluded_bits<Tr>(p, seq, h, q0, k0, warp, lane);
+    KeepBits<Tr> keep = full ? KeepBits<Tr>::all() : partial_keep_bits<Tr>(p, expr, walk, seq, h, q0, k0, warp, lane);
+    if (excluding) keep.remove(excluded_bits<Tr>(p, seq, h, q0, k0, warp, lane));
     float s[Tr::kMAtoms][Tr::kNAtoms][4];
 #pragma unroll
     for (int a = 0; a < Tr::kMAtoms; ++a)

@@ -34,7 +34,6 @@ struct FwdTraits {
   static constexpr int kRowChunks = kHeadDim / 8;     // 16-byte chunks per row
   static constexpr int kSmemStride = (kHeadDim + 63) / 64 * 64;
   static constexpr int kMinBlocksPerSm = kHeadDim > 128 ? 1 : 2;
-  static constexpr int kElemsPerThread = kMAtoms * kNAtoms * 4;  // S entries per thread
   static constexpr int kExp2PolyEvery = 0;  // every exponential on ex2.approx (online_softmax.cuh)
 
   static constexpr int kQElems = kBlockM * kSmemStride;
@@ -44,7 +43,6 @@ struct FwdTraits {
 
   static_assert(kHeadDim % 16 == 0, "head dim must be a multiple of 16");
   static_assert(kBlockM == 128, "the tile plan assumes 128-row query tiles");
-  static_assert(kElemsPerThread <= 64, "the partial-tile mask is one 64-bit word per thread");
   static_assert((kBlockN * kRowChunks) % kThreads == 0, "K/V tiles split evenly over threads");
   static_assert(kExprOffset % 16 == 0, "the expression is 16-byte aligned");
 };

@@ -298,9 +298,9 @@ __device__ __forceinline__ void issue_pv(float (&o)[1][Tr::kDAtoms][4], const ui
 // dilated split's exclusion), key bounds on a ragged full tile (the keys past
 // k_len are zeros, or in a packed varlen batch the next sequence's).
 template <typename Tr>
-__device__ __forceinline__ void mask_scores(float (&s)[1][Tr::kNAtoms][4], bool full, uint64_t keep, int64_t k0,
-                                            int64_t k_len, int lane) {
-  if (keep != ~uint64_t{0}) apply_keep_bits<Tr>(s, keep);
+__device__ __forceinline__ void mask_scores(float (&s)[1][Tr::kNAtoms][4], bool full, const KeepBits<Tr>& keep,
+                                            int64_t k0, int64_t k_len, int lane) {
+  if (!keep.keeps_all()) apply_keep_bits<Tr>(s, keep);
   if (full && k0 + Tr::kBlockN > k_len) mask_key_bounds<Tr>(s, k_len - k0, lane);
 }
 
@@ -309,12 +309,12 @@ __device__ __forceinline__ void mask_scores(float (&s)[1][Tr::kNAtoms][4], bool 
 // its other pass (the rest's exclusion on partial tiles, the permuted pass's
 // on every tile).
 template <typename Tr>
-__device__ __forceinline__ uint64_t tile_keep_bits(const FwdParams& p, const PatternExpr& expr, const TileWalk& tile,
-                                                   bool full, const SequenceSpan& seq, int64_t h, int64_t q0,
-                                                   int64_t k0, int warp, int lane) {
-  uint64_t keep = full ? ~uint64_t{0} : partial_keep_bits<Tr>(p, expr, tile, seq, h, q0, k0, warp, lane);
+__device__ __forceinline__ KeepBits<Tr> tile_keep_bits(const FwdParams& p, const PatternExpr& expr,
+                                                       const TileWalk& tile, bool full, const SequenceSpan& seq,
+                                                       int64_t h, int64_t q0, int64_t k0, int warp, int lane) {
+  KeepBits<Tr> keep = full ? KeepBits<Tr>::all() : partial_keep_bits<Tr>(p, expr, tile, seq, h, q0, k0, warp, lane);
   if (p.exclude.kind == Exclusion::FullRuns || (p.exclude.kind == Exclusion::Rest && !full))
-    keep &= ~excluded_bits<Tr>(p, seq, h, q0, k0, warp, lane);
+    keep.remove(excluded_bits<Tr>(p, seq, h, q0, k0, warp, lane));
   return keep;
 }
 
@@ -364,7 +364,7 @@ __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<
       }
     };
     // Keep bits of the tile (all on a full tile without exclusion), computed before S is live.
-    uint64_t keep = tile_keep_bits<Tr>(p, expr, tile, full, seq, w.h, q0, k0, warp, lane);
+    KeepBits<Tr> keep = tile_keep_bits<Tr>(p, expr, tile, full, seq, w.h, q0, k0, warp, lane);
     float s[1][Tr::kNAtoms][4];
     uint32_t pa[Tr::kBlockN / 16][4];
     mbarrier_wait(sm.q_full(), q_parity);

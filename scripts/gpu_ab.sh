@@ -90,11 +90,11 @@ for r in rows:
     print(f"{r['seq']:>7} {r['heads']:>3} D{r['head_dim']:<3} {r['case']:>10} round {r['round']} {r['side']:>10} "
           f"{r['kernel']:>5} {r['time_ms']:9.3f} ms {r['tflops']:6.1f} TFLOP/s")
 print(f"\nmedian over rounds (TFLOP/s), and each side / {sides[0]}:")
-keys = sorted({(r["seq"], r["heads"], r["head_dim"], r["case"]) for r in rows})
-for key in keys:
-    speed = {side: statistics.median(r["tflops"] for r in rows
-                                     if (r["seq"], r["heads"], r["head_dim"], r["case"]) == key and r["side"] == side)
+def key_of(r):  # one timed configuration: rows of one spec with another kernel differ
+    return (r["seq"], r["heads"], r["head_dim"], r["case"], r["kernel"])
+for key in sorted({key_of(r) for r in rows}):
+    speed = {side: statistics.median(r["tflops"] for r in rows if key_of(r) == key and r["side"] == side)
              for side in sides}
     cells = "  ".join(f"{side} {speed[side]:7.1f} ({speed[side] / speed[sides[0]]:.3f})" for side in sides)
-    print(f"{key[0]:>7} {key[1]:>3} D{key[2]:<3} {key[3]:>10}  {cells}")
+    print(f"{key[0]:>7} {key[1]:>3} D{key[2]:<3} {key[3]:>10} {key[4]:>5}  {cells}")
 PY

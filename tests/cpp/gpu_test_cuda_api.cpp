@@ -15,7 +15,7 @@
 
 #include "cuda/common/excluded_keys.hpp"
 #include "cuda/common/row_key_bits.hpp"
-#include "cuda/fwd_sm90/work_units.hpp"
+#include "cuda/common/work_units.hpp"
 #include "cuda/plan/dilated_split.hpp"
 #include "cuda/plan/tile_plan.hpp"
 #include "gpu_test_support.hpp"
@@ -151,7 +151,7 @@ void expect_units_cover_items_and_copies(const HostTilePlan& plan, int64_t batch
   p.plan.num_items = static_cast<int64_t>(plan.items.size());
   p.plan.band_first = plan.band_first.data();
   p.plan.num_bands = static_cast<int64_t>(plan.band_first.size()) - 1;
-  const cuda_detail::Sm90Units units(p, cuda_detail::Sm90Schedule{nullptr, order});
+  const cuda_detail::WorkUnits units(p, order);
   ASSERT_EQ(units.count, p.plan.num_items * batch * q_heads);
   std::vector<int> seen(static_cast<size_t>(units.count), 0);
   int64_t last_band = 0, last_copy = 0;
@@ -184,7 +184,7 @@ TEST(CudaTilePlan, WorkUnitsNameEveryItemAndCopyOnce) {
   cuda_detail::FwdParams p;
   p.batch = p.q_heads = p.kv_heads = p.plan.blocks.num_heads = 1;
   p.plan.band_first = none.band_first.data();
-  const cuda_detail::Sm90Units units(p, cuda_detail::Sm90Schedule{nullptr, cuda_detail::UnitOrder::kCopyMajorBanded});
+  const cuda_detail::WorkUnits units(p, cuda_detail::UnitOrder::kCopyMajorBanded);
   EXPECT_EQ(units.count, 0);
   EXPECT_EQ(cuda_detail::locate_unit(p.plan, units, 0).item, cuda_detail::kNoItem);
 }
@@ -214,6 +214,24 @@ TEST(CudaTilePlan, UnitOrderFollowsL2AndTheGridsTail) {
   EXPECT_EQ(order(32768), UnitOrder::kCopyMajor);        // 256 of 3987
   cuda_detail::DeviceTilePlanView device_items;          // lengths unknown, no bands
   EXPECT_EQ(cuda_detail::choose_unit_order(device_items, 16, 132, 1 << 30, 50 << 20), UnitOrder::kCopyMajor);
+}
+
+// The K and V bytes the unit order weighs against L2: every kv head's rows
+// of every batch element, of the packed batch for varlen, every residue's
+// for a pass that reads them in place.
+TEST(CudaTilePlan, KvBytesCountEveryRowALaunchReads) {
+  cuda_detail::FwdParams p;
+  p.batch = 3;
+  p.kv_heads = 4;
+  p.k_len = 1000;
+  EXPECT_EQ(cuda_detail::kv_bytes_read(p, 128, 2), 2 * 3 * 4 * 1000 * 128 * 2);
+  p.residue_rate = 4;
+  EXPECT_EQ(cuda_detail::kv_bytes_read(p, 64, 2), 2 * 3 * 4 * 1000 * 4 * 64 * 2);
+  p.residue_rate = 1;
+  const int32_t cu_seqlens[] = {0, 700, 2500};
+  p.varlen.cu_seqlens_q = p.varlen.cu_seqlens_k = cu_seqlens;
+  p.varlen.total_k = 2500;
+  EXPECT_EQ(cuda_detail::kv_bytes_read(p, 128, 2), 2 * 4 * 2500 * 128 * 2);
 }
 
 TEST(CudaTilePlan, AgreesWithTheMaskForEveryBlockSize) {

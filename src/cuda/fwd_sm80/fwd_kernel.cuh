@@ -3,7 +3,8 @@
 //
 // One CTA per (work item, batch, head): a work item is the row of kept key
 // tiles of one 128-row query tile, or a piece of a long row (tile_plan.hpp);
-// items launch in the plan's longest-first order. The CTA keeps its Q tile in
+// items launch in the plan's longest-first order, item-major or copy-major
+// as the launch chooses (common/work_units.hpp). The CTA keeps its Q tile in
 // shared memory and walks only its kept key tiles (tile_walk.cuh):
 //   wait K(n); start loading V(n)            (cp.async)
 //   S = Q K(n)^T                             (ldmatrix + mma.m16n8k16, fp32)
@@ -43,6 +44,7 @@
 #include "cuda/common/sequence_span.hpp"
 #include "cuda/common/tile_mask.cuh"
 #include "cuda/common/tile_walk.cuh"
+#include "cuda/common/work_units.hpp"
 #include "cuda/fwd_sm80/fwd_traits.cuh"
 #include "spattn/pattern_terms.hpp"
 
@@ -157,7 +159,7 @@ __device__ __forceinline__ void multiply_pv(float (&o)[Tr::kMAtoms][Tr::kDAtoms]
 }
 
 template <typename Tr>
-__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm) fwd_sm80_kernel(const FwdParams p) {
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm) fwd_sm80_kernel(const FwdParams p, const UnitOrder order) {
   using T = typename Tr::T;
   extern __shared__ __align__(16) unsigned char smem[];
   const uint32_t sQ = smem_address(smem);
@@ -168,10 +170,12 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm) fwd_sm80_ke
 
   // ---- the work item, then batch and head inside the mask head ----
   const DeviceTilePlanView& plan = p.plan;
-  const int64_t heads_per_mask_head = p.q_heads / plan.blocks.num_heads;
-  const int64_t copies = p.batch * heads_per_mask_head;  // CTAs per work item
-  const WorkItem work = plan.items[blockIdx.x / copies];
-  const int64_t copy = blockIdx.x % copies;  // b * heads_per_mask_head + head in the mask head
+  const WorkUnits units(p, order);
+  const UnitPlace place = locate_unit(plan, units, blockIdx.x);
+  const int64_t heads_per_mask_head = units.heads_per_mask_head;
+  const int64_t copies = units.copies;  // CTAs per work item
+  const WorkItem work = plan.items[place.item];
+  const int64_t copy = place.copy;  // b * heads_per_mask_head + head in the mask head
   const int64_t b = copy / heads_per_mask_head;
   const int64_t mask_head = work.row / plan.num_q_tiles, q_tile = work.row % plan.num_q_tiles;
   const int64_t h = mask_head * heads_per_mask_head + copy % heads_per_mask_head;

@@ -1,12 +1,15 @@
 // cuda/fwd_sm80/fwd_launch.cuh - the launch of one instantiation of the
 // portable forward kernel: raises the dynamic shared-memory limit and starts
-// one CTA per (work item, batch, head in the mask head) on the stream, then
-// the merge of split rows.
+// one CTA per (work item, batch, head in the mask head) on the stream, in the
+// order of common/work_units.hpp, then the merge of split rows.
 #pragma once
+
+#include <algorithm>
 
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/device_info.hpp"
 #include "cuda/common/split_combine.hpp"
+#include "cuda/common/work_units.hpp"
 #include "cuda/fwd_sm80/fwd_kernel.cuh"
 #include "cuda/fwd_sm80/fwd_sm80.hpp"
 
@@ -20,7 +23,11 @@ void launch_fwd_sm80(const FwdParams& p, cudaStream_t stream) {
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Tr::kSmemBytes, "fwd_sm80");
   const int64_t ctas = p.plan.num_items * p.batch * (p.q_heads / p.plan.blocks.num_heads);
   require(ctas <= 0x7fffffff, "CUDA backend: ", ctas, " work items exceed the grid limit");
-  kernel<<<static_cast<unsigned>(ctas), Tr::kThreads, Tr::kSmemBytes, stream>>>(p);
+  // Two CTAs run on each SM at a time (kMinBlocksPerSm; one at D = 256).
+  const int64_t resident = int64_t{current_device_info().sms} * Tr::kMinBlocksPerSm;
+  const UnitOrder order = choose_unit_order(p.plan, ctas / std::max<int64_t>(p.plan.num_items, 1), resident,
+                                            kv_bytes_read(p, kHeadDim, sizeof(T)), current_device_info().l2_bytes);
+  kernel<<<static_cast<unsigned>(ctas), Tr::kThreads, Tr::kSmemBytes, stream>>>(p, order);
   check_launch("fwd_sm80 kernel launch");
   if (p.plan.num_split_rows > 0) launch_split_combine<T>(p, Tr::kBlockM, stream);
 }

@@ -6,7 +6,7 @@
 // Persistent grid: CTA c runs work unit c, then units drawn from a counter
 // (UnitRing), of the plan's items (longest first, tile_plan.hpp) times
 // (batch, head in the mask head), in the order the launch chooses
-// (work_units.hpp: item-major, copy-major, or copy-major in length bands).
+// (common/work_units.hpp: item-major, copy-major, or copy-major in length bands).
 // Per work unit both roles walk the same kept key tiles (tile_walk.cuh):
 //   producer (one thread): for each kept tile, into the next free stage of
 //     the ring: K(n) on "K full", V(n) on "V full"; only kept tiles are ever
@@ -53,7 +53,7 @@
 #include "cuda/common/tile_walk.cuh"
 #include "cuda/fwd_sm90/fwd_sm90_traits.cuh"
 #include "cuda/fwd_sm90/tensor_maps.hpp"
-#include "cuda/fwd_sm90/work_units.hpp"
+#include "cuda/common/work_units.hpp"
 #include "spattn/pattern_terms.hpp"
 
 namespace spattn::cuda_detail {
@@ -62,13 +62,20 @@ namespace spattn::cuda_detail {
 // tile of such a plan has only full sub-blocks, so it is never evaluated).
 __device__ const PatternExpr kNoPatternExpr{};
 
+// What the launch passes beside the parameters: `counter` gives the units
+// after each CTA's first (UnitRing), `order` their order.
+struct Sm90Schedule {
+  uint32_t* counter;
+  UnitOrder order;
+};
+
 // One work unit of the persistent grid: a plan item for one (batch, head).
 struct Sm90Work {
   WorkItem item;
   int64_t copy = 0, b = 0, h = 0, kv_head = 0;
   int64_t row0 = 0;  // the tile's first mask row (its first query row: row0 - SequenceSpan::mask_row_offset)
 
-  __device__ __forceinline__ static Sm90Work at(const FwdParams& p, const Sm90Units& units, UnitPlace place,
+  __device__ __forceinline__ static Sm90Work at(const FwdParams& p, const WorkUnits& units, UnitPlace place,
                                                 int64_t block_m) {
     Sm90Work w;
     w.item = p.plan.items[place.item];
@@ -170,7 +177,7 @@ __device__ __forceinline__ void tma_load_tile(uint32_t dst, uint32_t panel_bytes
 
 template <typename Tr>
 __device__ __forceinline__ void produce(const FwdParams& p, const Sm90TensorMaps& maps, const Sm90Smem<Tr>& sm,
-                                        const Sm90Units& units, uint32_t* unit_counter) {
+                                        const WorkUnits& units, uint32_t* unit_counter) {
   const DeviceTilePlanView& plan = p.plan;
   const int64_t tiles_per_block = plan.blocks.block_k / Tr::kBlockN;
   RingSlot<Tr::kStages> slot;
@@ -429,7 +436,7 @@ __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<
 }
 
 template <typename Tr>
-__device__ __forceinline__ void consume(const FwdParams& p, const Sm90Smem<Tr>& sm, const Sm90Units& units) {
+__device__ __forceinline__ void consume(const FwdParams& p, const Sm90Smem<Tr>& sm, const WorkUnits& units) {
   const int consumer_thread = static_cast<int>(threadIdx.x) - 128;
   const int group = warp_uniform(consumer_thread / 128), warp = consumer_thread / 32, lane = consumer_thread % 32;
   const Sm90Descriptors<Tr> desc(sm, group);
@@ -448,7 +455,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     fwd_sm90_kernel(const FwdParams p, const __grid_constant__ Sm90TensorMaps maps, const Sm90Schedule schedule) {
   extern __shared__ __align__(1024) unsigned char smem[];
   const Sm90Smem<Tr> sm{(smem_address(smem) + 1023u) & ~1023u};
-  const Sm90Units units(p, schedule);
+  const WorkUnits units(p, schedule.order);
 
   if (threadIdx.x == 0) {
     mbarrier_init(sm.q_full(), 1);

@@ -17,7 +17,7 @@
 #include "cuda/fwd_sm90/fwd_sm90.hpp"
 #include "cuda/fwd_sm90/fwd_sm90_kernel.cuh"
 #include "cuda/fwd_sm90/tensor_maps.hpp"
-#include "cuda/fwd_sm90/work_units.hpp"
+#include "cuda/common/work_units.hpp"
 
 namespace spattn::cuda_detail {
 
@@ -49,9 +49,7 @@ void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   if (ctas > 0) {
     ScopedScratch unit_counter(sizeof(uint32_t), stream);  // the units drawn after each CTA's first
     check_cuda(cudaMemsetAsync(unit_counter.get(), 0, sizeof(uint32_t), stream), "cudaMemsetAsync(unit counter)");
-    // K and V bytes the launch reads (a permuted pass reads every residue's rows).
-    const int64_t kv_bytes =
-        2 * map_batch * p.kv_heads * k_rows * rate * kHeadDim * static_cast<int64_t>(sizeof(T));
+    const int64_t kv_bytes = kv_bytes_read(p, kHeadDim, sizeof(T));
     const Sm90Schedule schedule{static_cast<uint32_t*>(unit_counter.get()),
                                 choose_unit_order(p.plan, units / p.plan.num_items, ctas, kv_bytes, device.l2_bytes)};
     kernel<<<static_cast<unsigned>(ctas), Tr::kThreads, Tr::kSmemBytes, stream>>>(p, maps, schedule);

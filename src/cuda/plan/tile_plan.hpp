@@ -73,7 +73,7 @@ struct HostTilePlan {
   // a kept block, share one last band); the last entry is items.size(). A
   // persistent grid that runs each band head by head keeps both its
   // longest-first order and, within a band, one head's keys and values
-  // shared in L2 (fwd_sm90/work_units.hpp).
+  // shared in L2 (common/work_units.hpp).
   std::vector<int32_t> band_first;
   int64_t max_item_entries = 0;    // the longest item's entries (items[0])
   int64_t total_item_entries = 0;  // all items' entries

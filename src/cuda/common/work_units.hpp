@@ -1,6 +1,8 @@
-// cuda/fwd_sm90/work_units.hpp - the work units of the Hopper kernel's
-// persistent grid and their order: which (plan item, copy) a unit number
-// stands for. Host and device code (the tests check the mapping on the host).
+// cuda/common/work_units.hpp - the work units of both forward kernels and
+// their order: which (plan item, copy) a unit number stands for (a CTA of
+// the portable kernel, a turn of the Hopper kernel's persistent grid), and
+// which order a launch takes. Host and device code (the tests check the
+// mapping on the host).
 #pragma once
 
 #include <cstdint>
@@ -11,17 +13,10 @@
 
 namespace spattn::cuda_detail {
 
-// The order of the work units (Sm90Units). Item-major where the keys and
+// The order of the work units (WorkUnits). Item-major where the keys and
 // values of all heads fit in L2; otherwise copy-major, in length bands where
 // the grid is short enough for the tail to matter (choose_unit_order).
 enum class UnitOrder : int32_t { kItemMajor, kCopyMajor, kCopyMajorBanded };
-
-// What the launch passes beside the parameters: `counter` gives the units
-// after each CTA's first (UnitRing), `order` their order.
-struct Sm90Schedule {
-  uint32_t* counter;
-  UnitOrder order;
-};
 
 // The grid's units are the plan's items times `copies` = batch x heads per
 // mask head. Item-major (unit = item x copies + copy) starts the longest
@@ -29,29 +24,31 @@ struct Sm90Schedule {
 // head for a mask shared by the heads; a per-head mask's items already hold
 // the head), longest first, so the CTAs running at one time mostly read the
 // same head's keys and values and find them in L2 (same-run A/B on an H100,
-// 32K, H = 16, D = 128, against item-major: random blocks 438 -> 569,
-// BigBird 339 -> 382, dense 597 -> 626 TFLOP/s). Banded copy-major does so
+// 32K, H = 16, D = 128, against item-major, sm90 kernel: random blocks 438
+// -> 569, BigBird 339 -> 382, dense 597 -> 626 TFLOP/s; sm80 kernel: dense
+// 315 -> 332, random 282 -> 306, window 254 -> 264). Banded copy-major does so
 // within each length band of the plan (tile_plan.hpp, band_first), so the
 // order stays longest first to within the band's factor 3/2. The counts are
 // divided once per role, and units are decoded in 32-bit arithmetic (64-bit
 // division is a long software routine); the launch checks that the unit
 // count fits.
-struct Sm90Units {
+struct WorkUnits {
   uint32_t heads_per_mask_head, copies, items, q_tiles, q_per_kv;
   int64_t count;
   UnitOrder order;
-  SPATTN_HD Sm90Units(const FwdParams& p, const Sm90Schedule& schedule)
+  SPATTN_HD WorkUnits(const FwdParams& p, UnitOrder order_)
       : heads_per_mask_head(static_cast<uint32_t>(p.q_heads / p.plan.blocks.num_heads)),
         copies(static_cast<uint32_t>(p.batch) * heads_per_mask_head),
         items(static_cast<uint32_t>(p.plan.num_items)),
         q_tiles(static_cast<uint32_t>(p.plan.num_q_tiles)),
         q_per_kv(static_cast<uint32_t>(p.q_heads / p.kv_heads)),
         count(p.plan.num_items * copies),
-        order(schedule.order) {}
+        order(order_) {}
 };
 
-// The order for a launch of `ctas` CTAs over `copies` copies of the plan,
-// whose keys and values take `kv_bytes` against an L2 of `l2_bytes`.
+// The order for a launch that runs `ctas` CTAs at a time over `copies`
+// copies of the plan, whose keys and values take `kv_bytes` (kv_bytes_read)
+// against an L2 of `l2_bytes`.
 // Plain copy-major lets the last copy's longest item start near the end of
 // the grid; that costs little while the longest item is short against the
 // work per CTA (at most 1/8 of it: 32K causal rows at 16 heads, 6%), and
@@ -67,6 +64,15 @@ inline UnitOrder choose_unit_order(const DeviceTilePlanView& plan, int64_t copie
   return plan.band_first != nullptr && long_tail ? UnitOrder::kCopyMajorBanded : UnitOrder::kCopyMajor;
 }
 
+// The bytes of K and V a launch reads: every kv head's rows of every batch
+// element (of the packed batch), every residue's in a permuted pass that
+// reads them in place.
+inline int64_t kv_bytes_read(const FwdParams& p, int64_t head_dim, int64_t element_bytes) {
+  const bool packed = p.varlen.cu_seqlens_q != nullptr;
+  const int64_t k_rows = packed ? p.varlen.total_k : p.batch * p.k_len;
+  return 2 * p.kv_heads * k_rows * p.residue_rate * head_dim * element_bytes;
+}
+
 // A work unit located: its plan item and its copy (batch x heads per mask
 // head + head in the mask head); kNoItem ends the loops.
 struct UnitPlace {
@@ -76,7 +82,7 @@ constexpr uint32_t kNoItem = 0xffffffffu;
 
 // The unit's place; a binary search over the bands (once per unit, by the
 // producer thread).
-SPATTN_HD UnitPlace locate_unit(const DeviceTilePlanView& plan, const Sm90Units& units, uint32_t unit) {
+SPATTN_HD UnitPlace locate_unit(const DeviceTilePlanView& plan, const WorkUnits& units, uint32_t unit) {
   if (unit >= units.count) return {kNoItem, 0};
   if (units.order == UnitOrder::kItemMajor) return {unit / units.copies, unit % units.copies};
   uint32_t first = 0, end = units.items;

@@ -1,7 +1,7 @@
 // bench/cuda_bench.cpp - times spattn's CUDA kernels on the benchmark patterns
 // and prints one JSON object per case (read by bench/gpu_peers.py).
 //
-//   spattn_cuda_bench --cases dense,causal,window,streaming,random,bigbird,dilated
+//   spattn_cuda_bench --cases dense,causal,window,streaming,random,bigbird,dilated,mix,allblocks
 //                     --seq 32768 --heads 16 --head-dim 128 [--batch 1] [--dtype bf16]
 //                     [--block 128] [--kernel fused|sm80|sm90|naive] [--repeats 20] [--dump-dir DIR]
 //                     [--varlen N]
@@ -10,8 +10,11 @@
 // sliding window of 4096 keys; streaming = 128 sinks + 4096 window; random =
 // 10% of the 128-blocks (seeded) plus the block diagonal; bigbird = BigBird
 // (block 128, window 3, global 1, random 3, seed 0); dilated = dilated
-// (segment 2048, rate 4, causal) united with a causal window of 512;
-// seed-streaming = streaming (16 sinks, 64 window); seed-blockdiag =
+// (segment 2048, rate 4, causal) united with a causal window of 512; mix =
+// per-head mix, the first half of the heads causal (full attention), the
+// rest streaming 128 + 4096 (DuoAttention's retrieval and streaming heads);
+// allblocks = a custom block mask that keeps every block (density 1, to set
+// against dense); seed-streaming = streaming (16 sinks, 64 window); seed-blockdiag =
 // block-diagonal 16. --dump-dir writes each block-level mask as
 // <case>_blocks.u8 (rows x cols bytes, 1 = kept) so the peer script can give
 // FlexAttention exactly the same blocks.
@@ -98,6 +101,12 @@ Pattern make_pattern(const std::string& name, const Options& o) {
   if (name == "bigbird") return Pattern::bigbird(o.seq, o.block, 3, 1, 3, 0);
   if (name == "dilated")
     return Pattern::unite(Pattern::dilated({2048}, {4}, true), Pattern::sliding_window(512));
+  if (name == "mix") {
+    std::vector<Pattern> heads;
+    for (int64_t h = 0; h < o.heads; ++h) heads.push_back(2 * h < o.heads ? Pattern::causal() : Pattern::streaming(128, 4096));
+    return Pattern::per_head(heads);
+  }
+  if (name == "allblocks") return Pattern::custom(std::vector<uint8_t>(static_cast<size_t>(n * n), 1), 1, n, n, o.block, o.block);
   // The two parts of "dilated", alone.
   if (name == "dilated-only") return Pattern::dilated({2048}, {4}, true);
   if (name == "window512") return Pattern::sliding_window(512);

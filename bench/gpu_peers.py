@@ -27,7 +27,7 @@ import warnings
 
 import numpy as np
 
-CASES = ["dense", "causal", "window", "streaming", "random", "bigbird", "dilated"]
+CASES = ["dense", "causal", "window", "streaming", "random", "bigbird", "dilated", "mix", "allblocks"]
 BLOCK = 128
 
 
@@ -40,11 +40,11 @@ def ours(bench, cases, seq, heads, head_dim, dump_dir, repeats, kernel="fused"):
     return {r["case"]: r for r in (json.loads(line) for line in out.splitlines() if line.startswith("{"))}
 
 
-def mask_mod_for(case, seq, dump_dir, device):
+def mask_mod_for(case, seq, heads, dump_dir, device):
     import torch
 
     """FlexAttention mask_mod of a benchmark case (None = dense), and whether it reads the head."""
-    if case == "dense":
+    if case in ("dense", "allblocks"):  # every block kept: FlexAttention's dense
         return None, False
     if case == "causal":
         return (lambda b, h, q, kv: kv <= q), False
@@ -62,6 +62,8 @@ def mask_mod_for(case, seq, dump_dir, device):
             branch = (q // 2048 == kv // 2048) & (q % 4 == h % 4) & (kv % 4 == h % 4) & (kv <= q)
             return branch | ((kv <= q) & (q - kv < 512))
         return dilated, True
+    if case == "mix":  # the first half of the heads causal, the rest streaming 128 + 4096
+        return (lambda b, h, q, kv: (kv <= q) & ((2 * h < heads) | (kv < 128) | (q - kv < 4096))), True
     raise ValueError(case)
 
 
@@ -164,7 +166,7 @@ def measure(args):
                             row[f"sdpa_{name}_tflops"] = tflops(kept, D, ms)
                         except RuntimeError as e:
                             row[f"sdpa_{name}_error"] = str(e).splitlines()[0]
-                mask_mod, per_head = mask_mod_for(case, seq, dump_dir, device)
+                mask_mod, per_head = mask_mod_for(case, seq, heads, dump_dir, device)
                 block_mask = None
                 if mask_mod is not None:
                     # The second build is timed (the first compiles).

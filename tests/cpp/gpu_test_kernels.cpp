@@ -243,6 +243,32 @@ TEST_P(GpuKernels, DilatedSplitsWhereQueryAndKeyLengthsDiffer) {
     }
 }
 
+// The work units in each order (common/work_units.hpp). Problems this small
+// run item-major by the launch's own choice (their keys and values fit in
+// L2), so the copy-major orders are forced: GQA over a batch, rows split into
+// pieces, a per-head plan, and a plan of several length bands.
+TEST_P(GpuKernels, EveryUnitOrder) {
+  using cuda_detail::UnitOrder;
+  uint64_t seed = 2400;
+  for (UnitOrder order : {UnitOrder::kItemMajor, UnitOrder::kCopyMajor, UnitOrder::kCopyMajorBanded}) {
+    SCOPED_TRACE("unit order " + std::to_string(static_cast<int>(order)));
+    const ForcedUnitOrder forced(order);
+    GpuProblem gqa;
+    gqa.pattern = Pattern::causal();
+    gqa.batch = 2;
+    gqa.q_heads = 4;
+    gqa.kv_heads = 2;
+    gqa.q_len = gqa.k_len = 1000;
+    gqa.block_q = gqa.block_k = 64;
+    expect_matches_reference(gqa, seed++);
+    expect_matches_reference(split_rows_problem(split_row_patterns()[1], DType::BF16), seed++);
+    GpuProblem mixed = gqa;
+    mixed.pattern = per_head_case({streaming_case(8, 50), dense_case(true)}, 4).pattern;
+    mixed.head_dim = 128;
+    expect_matches_reference(mixed, seed++);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Forced, GpuKernels, ::testing::Values(CudaKernel::Sm80, CudaKernel::Sm90),
                          forced_kernel_name);
 

@@ -15,10 +15,12 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "cuda/common/work_units.hpp"
 #include "spattn/cuda.hpp"
 #include "spattn/spattn.hpp"
 #include "test_support.hpp"
@@ -44,6 +46,16 @@ class ForcedKernel {
 
  private:
   CudaKernel previous_;
+};
+
+// Every launch of the fused kernels takes its work units in `order` while
+// this lives (cuda_detail::force_unit_order).
+class ForcedUnitOrder {
+ public:
+  explicit ForcedUnitOrder(cuda_detail::UnitOrder order) { cuda_detail::force_unit_order(order); }
+  ~ForcedUnitOrder() { cuda_detail::force_unit_order(std::nullopt); }
+  ForcedUnitOrder(const ForcedUnitOrder&) = delete;
+  ForcedUnitOrder& operator=(const ForcedUnitOrder&) = delete;
 };
 
 // A suite whose tests run once per fused kernel, forced (the parameter);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "cuda/common/fwd_params.hpp"
 #include "cuda/plan/device_plan_view.hpp"
@@ -72,6 +73,17 @@ inline int64_t kv_bytes_read(const FwdParams& p, int64_t head_dim, int64_t eleme
   const int64_t k_rows = packed ? p.varlen.total_k : p.batch * p.k_len;
   return 2 * p.kv_heads * k_rows * p.residue_rate * head_dim * element_bytes;
 }
+
+// The order of a launch whose CTAs, `resident_ctas` at a time, run the
+// plan of `p` for every copy: the forced order if one is set, else
+// choose_unit_order with the launch's K and V bytes and the device's L2.
+UnitOrder launch_unit_order(const FwdParams& p, int64_t resident_ctas, int64_t head_dim, int64_t element_bytes);
+
+// Makes every launch use `order` (std::nullopt, the default: each launch
+// chooses; banded copy-major becomes plain copy-major on a plan without
+// bands), so that tests can run each order on problems whose keys and values
+// fit in L2. Process-wide; set it while no other thread launches.
+void force_unit_order(std::optional<UnitOrder> order);
 
 // A work unit located: its plan item and its copy (batch x heads per mask
 // head + head in the mask head); kNoItem ends the loops.

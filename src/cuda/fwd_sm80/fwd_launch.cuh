@@ -4,8 +4,6 @@
 // order of common/work_units.hpp, then the merge of split rows.
 #pragma once
 
-#include <algorithm>
-
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/device_info.hpp"
 #include "cuda/common/split_combine.hpp"
@@ -25,8 +23,7 @@ void launch_fwd_sm80(const FwdParams& p, cudaStream_t stream) {
   require(ctas <= 0x7fffffff, "CUDA backend: ", ctas, " work items exceed the grid limit");
   // Two CTAs run on each SM at a time (kMinBlocksPerSm; one at D = 256).
   const int64_t resident = int64_t{current_device_info().sms} * Tr::kMinBlocksPerSm;
-  const UnitOrder order = choose_unit_order(p.plan, ctas / std::max<int64_t>(p.plan.num_items, 1), resident,
-                                            kv_bytes_read(p, kHeadDim, sizeof(T)), current_device_info().l2_bytes);
+  const UnitOrder order = launch_unit_order(p, resident, kHeadDim, sizeof(T));
   kernel<<<static_cast<unsigned>(ctas), Tr::kThreads, Tr::kSmemBytes, stream>>>(p, order);
   check_launch("fwd_sm80 kernel launch");
   if (p.plan.num_split_rows > 0) launch_split_combine<T>(p, Tr::kBlockM, stream);

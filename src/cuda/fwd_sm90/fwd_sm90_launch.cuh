@@ -49,9 +49,8 @@ void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   if (ctas > 0) {
     ScopedScratch unit_counter(sizeof(uint32_t), stream);  // the units drawn after each CTA's first
     check_cuda(cudaMemsetAsync(unit_counter.get(), 0, sizeof(uint32_t), stream), "cudaMemsetAsync(unit counter)");
-    const int64_t kv_bytes = kv_bytes_read(p, kHeadDim, sizeof(T));
     const Sm90Schedule schedule{static_cast<uint32_t*>(unit_counter.get()),
-                                choose_unit_order(p.plan, units / p.plan.num_items, ctas, kv_bytes, device.l2_bytes)};
+                                launch_unit_order(p, ctas, kHeadDim, sizeof(T))};
     kernel<<<static_cast<unsigned>(ctas), Tr::kThreads, Tr::kSmemBytes, stream>>>(p, maps, schedule);
     check_launch("fwd_sm90 kernel launch");
   }

@@ -1,0 +1,33 @@
+// cuda/common/work_units.cpp - the unit order of a launch (work_units.hpp):
+// the device's L2 against the launch's K and V, or the order a test forced.
+#include "cuda/common/work_units.hpp"
+
+#include <algorithm>
+#include <atomic>
+
+#include "cuda/common/device_info.hpp"
+
+namespace spattn::cuda_detail {
+namespace {
+
+// The forced order as its enumerator's value, or -1 for none.
+std::atomic<int32_t> forced_order{-1};
+
+}  // namespace
+
+UnitOrder launch_unit_order(const FwdParams& p, int64_t resident_ctas, int64_t head_dim, int64_t element_bytes) {
+  const int32_t forced = forced_order.load(std::memory_order_relaxed);
+  if (forced >= 0) {  // a plan without bands (items built on the device) runs copy-major in one
+    const auto order = static_cast<UnitOrder>(forced);
+    return order == UnitOrder::kCopyMajorBanded && p.plan.band_first == nullptr ? UnitOrder::kCopyMajor : order;
+  }
+  const int64_t copies = p.batch * (p.q_heads / p.plan.blocks.num_heads);
+  return choose_unit_order(p.plan, copies, resident_ctas, kv_bytes_read(p, head_dim, element_bytes),
+                           current_device_info().l2_bytes);
+}
+
+void force_unit_order(std::optional<UnitOrder> order) {
+  forced_order.store(order ? static_cast<int32_t>(*order) : -1, std::memory_order_relaxed);
+}
+
+}  // namespace spattn::cuda_detail

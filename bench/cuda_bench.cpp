@@ -22,7 +22,8 @@
 // --varlen N packs N sequences of seeded random lengths in [1, seq] (sequence
 // 0 has length seq) into batch-1 tensors and times cuda_attention_varlen with
 // one mask for length seq; kept pairs are summed over the sequences, each at
-// its own length (--batch is ignored; bigbird and random are rejected).
+// its own length (--batch is ignored; the custom-block cases random, bigbird
+// and allblocks are rejected).
 // --kernel: fused lets cuda_attention choose (SPATTN_CUDA_KERNEL, else the
 // Hopper kernel where it runs); sm80 and sm90 force one fused kernel; naive is
 // the one-thread-per-row baseline. The JSON names the kernel timed.
@@ -103,10 +104,12 @@ Pattern make_pattern(const std::string& name, const Options& o) {
     return Pattern::unite(Pattern::dilated({2048}, {4}, true), Pattern::sliding_window(512));
   if (name == "mix") {
     std::vector<Pattern> heads;
-    for (int64_t h = 0; h < o.heads; ++h) heads.push_back(2 * h < o.heads ? Pattern::causal() : Pattern::streaming(128, 4096));
+    for (int64_t h = 0; h < o.heads; ++h)
+      heads.push_back(2 * h < o.heads ? Pattern::causal() : Pattern::streaming(128, 4096));
     return Pattern::per_head(heads);
   }
-  if (name == "allblocks") return Pattern::custom(std::vector<uint8_t>(static_cast<size_t>(n * n), 1), 1, n, n, o.block, o.block);
+  if (name == "allblocks")
+    return Pattern::custom(std::vector<uint8_t>(static_cast<size_t>(n * n), 1), 1, n, n, o.block, o.block);
   // The two parts of "dilated", alone.
   if (name == "dilated-only") return Pattern::dilated({2048}, {4}, true);
   if (name == "window512") return Pattern::sliding_window(512);

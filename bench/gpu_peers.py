@@ -41,9 +41,9 @@ def ours(bench, cases, seq, heads, head_dim, dump_dir, repeats, kernel="fused"):
 
 
 def mask_mod_for(case, seq, heads, dump_dir, device):
+    """FlexAttention mask_mod of a benchmark case (None = dense), and whether it reads the head."""
     import torch
 
-    """FlexAttention mask_mod of a benchmark case (None = dense), and whether it reads the head."""
     if case in ("dense", "allblocks"):  # every block kept: FlexAttention's dense
         return None, False
     if case == "causal":

@@ -216,6 +216,38 @@ TEST(CudaTilePlan, UnitOrderFollowsL2AndTheGridsTail) {
   EXPECT_EQ(cuda_detail::choose_unit_order(device_items, 16, 132, 1 << 30, 50 << 20), UnitOrder::kCopyMajor);
 }
 
+// A forced unit order reaches every launch's choice (the GPU suite's
+// GpuKernels.EveryUnitOrder relies on it), banded only where the plan has
+// bands, and the order forced before comes back.
+TEST(CudaTilePlan, ForcedUnitOrderReachesTheLaunchChoice) {
+  using cuda_detail::UnitOrder;
+  const HostTilePlan plan = cuda_detail::make_tile_plan(
+      BlockMask::build(Pattern::causal(), MaskShape{4096, 4096, 128, 128, 1}), TileShape{128, 128});
+  cuda_detail::FwdParams p;
+  p.batch = p.q_heads = p.kv_heads = p.plan.blocks.num_heads = 1;
+  p.k_len = 4096;
+  p.plan.items = plan.items.data();
+  p.plan.num_items = static_cast<int64_t>(plan.items.size());
+  p.plan.band_first = plan.band_first.data();
+  p.plan.num_bands = static_cast<int64_t>(plan.band_first.size()) - 1;
+  for (UnitOrder order : {UnitOrder::kItemMajor, UnitOrder::kCopyMajor, UnitOrder::kCopyMajorBanded}) {
+    const ForcedUnitOrder forced(order);
+    EXPECT_EQ(cuda_detail::launch_unit_order(p, 132, 128, 2), order);
+  }
+  cuda_detail::FwdParams no_bands = p;
+  no_bands.plan.band_first = nullptr;
+  {
+    const ForcedUnitOrder outer(UnitOrder::kCopyMajorBanded);
+    EXPECT_EQ(cuda_detail::launch_unit_order(no_bands, 132, 128, 2), UnitOrder::kCopyMajor);
+    {
+      const ForcedUnitOrder inner(UnitOrder::kItemMajor);
+      EXPECT_EQ(cuda_detail::launch_unit_order(p, 132, 128, 2), UnitOrder::kItemMajor);
+    }
+    EXPECT_EQ(cuda_detail::launch_unit_order(p, 132, 128, 2), UnitOrder::kCopyMajorBanded);
+  }
+  EXPECT_FALSE(cuda_detail::force_unit_order(std::nullopt).has_value());
+}
+
 // The K and V bytes the unit order weighs against L2: every kv head's rows
 // of every batch element, of the packed batch for varlen, every residue's
 // for a pass that reads them in place.

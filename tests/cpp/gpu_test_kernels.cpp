@@ -4,7 +4,7 @@
 // 128 x 64 tile), odd lengths, Lq != Lk both ways, GQA, batches, both layouts,
 // mask blocks 16..256, rows with no allowed key, split rows, scores rising
 // along each row (the online softmax's rescaling), dilated terms through the
-// token permutation. The Hopper kernel
+// token permutation, each order of the work units. The Hopper kernel
 // (sm90) runs only on a device of compute capability 9.0 with a build for it;
 // elsewhere its cases are skipped.
 #include <gtest/gtest.h>
@@ -246,7 +246,8 @@ TEST_P(GpuKernels, DilatedSplitsWhereQueryAndKeyLengthsDiffer) {
 // The work units in each order (common/work_units.hpp). Problems this small
 // run item-major by the launch's own choice (their keys and values fit in
 // L2), so the copy-major orders are forced: GQA over a batch, rows split into
-// pieces, a per-head plan, and a plan of several length bands.
+// pieces, a per-head plan (each with several length bands). The outputs
+// start as NaN, so a unit the mapping skips fails the comparison.
 TEST_P(GpuKernels, EveryUnitOrder) {
   using cuda_detail::UnitOrder;
   uint64_t seed = 2400;

@@ -49,13 +49,17 @@ class ForcedKernel {
 };
 
 // Every launch of the fused kernels takes its work units in `order` while
-// this lives (cuda_detail::force_unit_order).
+// this lives (cuda_detail::force_unit_order); the order forced before comes
+// back after.
 class ForcedUnitOrder {
  public:
-  explicit ForcedUnitOrder(cuda_detail::UnitOrder order) { cuda_detail::force_unit_order(order); }
-  ~ForcedUnitOrder() { cuda_detail::force_unit_order(std::nullopt); }
+  explicit ForcedUnitOrder(cuda_detail::UnitOrder order) : previous_(cuda_detail::force_unit_order(order)) {}
+  ~ForcedUnitOrder() { cuda_detail::force_unit_order(previous_); }
   ForcedUnitOrder(const ForcedUnitOrder&) = delete;
   ForcedUnitOrder& operator=(const ForcedUnitOrder&) = delete;
+
+ private:
+  std::optional<cuda_detail::UnitOrder> previous_;
 };
 
 // A suite whose tests run once per fused kernel, forced (the parameter);

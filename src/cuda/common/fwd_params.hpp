@@ -55,7 +55,8 @@ struct DilatedExclusion {
 // and [cu_seqlens_k[b], cu_seqlens_k[b + 1]) of k and v (device arrays of
 // batch + 1 entries); null for a regular batch. See sequence_span.hpp.
 // total_q and total_k are the packed tensors' row counts (the sm90 kernel's
-// tensor maps cover them).
+// tensor maps cover them; the unit order of both kernels weighs total_k's K
+// and V against L2).
 struct VarlenArg {
   const int32_t* cu_seqlens_q = nullptr;
   const int32_t* cu_seqlens_k = nullptr;

@@ -2,7 +2,6 @@
 // the device's L2 against the launch's K and V, or the order a test forced.
 #include "cuda/common/work_units.hpp"
 
-#include <algorithm>
 #include <atomic>
 
 #include "cuda/common/device_info.hpp"
@@ -26,8 +25,9 @@ UnitOrder launch_unit_order(const FwdParams& p, int64_t resident_ctas, int64_t h
                            current_device_info().l2_bytes);
 }
 
-void force_unit_order(std::optional<UnitOrder> order) {
-  forced_order.store(order ? static_cast<int32_t>(*order) : -1, std::memory_order_relaxed);
+std::optional<UnitOrder> force_unit_order(std::optional<UnitOrder> order) {
+  const int32_t before = forced_order.exchange(order ? static_cast<int32_t>(*order) : -1, std::memory_order_relaxed);
+  return before >= 0 ? std::optional<UnitOrder>(static_cast<UnitOrder>(before)) : std::nullopt;
 }
 
 }  // namespace spattn::cuda_detail

@@ -30,9 +30,9 @@ enum class UnitOrder : int32_t { kItemMajor, kCopyMajor, kCopyMajorBanded };
 // 315 -> 332, random 282 -> 306, window 254 -> 264). Banded copy-major does so
 // within each length band of the plan (tile_plan.hpp, band_first), so the
 // order stays longest first to within the band's factor 3/2. The counts are
-// divided once per role, and units are decoded in 32-bit arithmetic (64-bit
-// division is a long software routine); the launch checks that the unit
-// count fits.
+// divided once per kernel role (once per CTA on sm80, per role on sm90), and
+// units are decoded in 32-bit arithmetic (64-bit division is a long software
+// routine); the launches check that the unit count fits.
 struct WorkUnits {
   uint32_t heads_per_mask_head, copies, items, q_tiles, q_per_kv;
   int64_t count;
@@ -82,8 +82,9 @@ UnitOrder launch_unit_order(const FwdParams& p, int64_t resident_ctas, int64_t h
 // Makes every launch use `order` (std::nullopt, the default: each launch
 // chooses; banded copy-major becomes plain copy-major on a plan without
 // bands), so that tests can run each order on problems whose keys and values
-// fit in L2. Process-wide; set it while no other thread launches.
-void force_unit_order(std::optional<UnitOrder> order);
+// fit in L2, and returns the order forced before. Process-wide; set it while
+// no other thread launches.
+std::optional<UnitOrder> force_unit_order(std::optional<UnitOrder> order);
 
 // A work unit located: its plan item and its copy (batch x heads per mask
 // head + head in the mask head); kNoItem ends the loops.
@@ -92,8 +93,8 @@ struct UnitPlace {
 };
 constexpr uint32_t kNoItem = 0xffffffffu;
 
-// The unit's place; a binary search over the bands (once per unit, by the
-// producer thread).
+// The unit's place; a binary search over the bands (sm90: once per unit, by
+// the producer thread; sm80: by every thread of the CTA, once).
 SPATTN_HD UnitPlace locate_unit(const DeviceTilePlanView& plan, const WorkUnits& units, uint32_t unit) {
   if (unit >= units.count) return {kNoItem, 0};
   if (units.order == UnitOrder::kItemMajor) return {unit / units.copies, unit % units.copies};

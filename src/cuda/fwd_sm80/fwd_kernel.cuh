@@ -159,7 +159,8 @@ __device__ __forceinline__ void multiply_pv(float (&o)[Tr::kMAtoms][Tr::kDAtoms]
 }
 
 template <typename Tr>
-__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm) fwd_sm80_kernel(const FwdParams p, const UnitOrder order) {
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm)
+    fwd_sm80_kernel(const FwdParams p, const UnitOrder order) {
   using T = typename Tr::T;
   extern __shared__ __align__(16) unsigned char smem[];
   const uint32_t sQ = smem_address(smem);

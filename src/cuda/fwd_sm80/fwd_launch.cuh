@@ -21,7 +21,8 @@ void launch_fwd_sm80(const FwdParams& p, cudaStream_t stream) {
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Tr::kSmemBytes, "fwd_sm80");
   const int64_t ctas = p.plan.num_items * p.batch * (p.q_heads / p.plan.blocks.num_heads);
   require(ctas <= 0x7fffffff, "CUDA backend: ", ctas, " work items exceed the grid limit");
-  // Two CTAs run on each SM at a time (kMinBlocksPerSm; one at D = 256).
+  // At least kMinBlocksPerSm CTAs run on each SM at a time (two; one at D =
+  // 256): the concurrency the order's tail estimate assumes.
   const int64_t resident = int64_t{current_device_info().sms} * Tr::kMinBlocksPerSm;
   const UnitOrder order = launch_unit_order(p, resident, kHeadDim, sizeof(T));
   kernel<<<static_cast<unsigned>(ctas), Tr::kThreads, Tr::kSmemBytes, stream>>>(p, order);

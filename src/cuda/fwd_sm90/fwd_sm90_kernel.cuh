@@ -51,9 +51,9 @@
 #include "cuda/common/sequence_span.hpp"
 #include "cuda/common/tile_mask.cuh"
 #include "cuda/common/tile_walk.cuh"
+#include "cuda/common/work_units.hpp"
 #include "cuda/fwd_sm90/fwd_sm90_traits.cuh"
 #include "cuda/fwd_sm90/tensor_maps.hpp"
-#include "cuda/common/work_units.hpp"
 #include "spattn/pattern_terms.hpp"
 
 namespace spattn::cuda_detail {

@@ -14,10 +14,10 @@
 #include "cuda/common/device_info.hpp"
 #include "cuda/common/scratch_pool.hpp"
 #include "cuda/common/split_combine.hpp"
+#include "cuda/common/work_units.hpp"
 #include "cuda/fwd_sm90/fwd_sm90.hpp"
 #include "cuda/fwd_sm90/fwd_sm90_kernel.cuh"
 #include "cuda/fwd_sm90/tensor_maps.hpp"
-#include "cuda/common/work_units.hpp"
 
 namespace spattn::cuda_detail {
 

@@ -230,20 +230,24 @@ TEST(CudaTilePlan, ForcedUnitOrderReachesTheLaunchChoice) {
   p.plan.num_items = static_cast<int64_t>(plan.items.size());
   p.plan.band_first = plan.band_first.data();
   p.plan.num_bands = static_cast<int64_t>(plan.band_first.size()) - 1;
+  cuda_detail::DeviceInfo h100;
+  h100.sms = 132;
+  h100.l2_bytes = 50 << 20;  // K and V take 2 MB: unforced, this launch would run item-major
+  EXPECT_EQ(cuda_detail::launch_unit_order(p, h100, 132, 128, 2), UnitOrder::kItemMajor);
   for (UnitOrder order : {UnitOrder::kItemMajor, UnitOrder::kCopyMajor, UnitOrder::kCopyMajorBanded}) {
     const ForcedUnitOrder forced(order);
-    EXPECT_EQ(cuda_detail::launch_unit_order(p, 132, 128, 2), order);
+    EXPECT_EQ(cuda_detail::launch_unit_order(p, h100, 132, 128, 2), order);
   }
   cuda_detail::FwdParams no_bands = p;
   no_bands.plan.band_first = nullptr;
   {
     const ForcedUnitOrder outer(UnitOrder::kCopyMajorBanded);
-    EXPECT_EQ(cuda_detail::launch_unit_order(no_bands, 132, 128, 2), UnitOrder::kCopyMajor);
+    EXPECT_EQ(cuda_detail::launch_unit_order(no_bands, h100, 132, 128, 2), UnitOrder::kCopyMajor);
     {
       const ForcedUnitOrder inner(UnitOrder::kItemMajor);
-      EXPECT_EQ(cuda_detail::launch_unit_order(p, 132, 128, 2), UnitOrder::kItemMajor);
+      EXPECT_EQ(cuda_detail::launch_unit_order(p, h100, 132, 128, 2), UnitOrder::kItemMajor);
     }
-    EXPECT_EQ(cuda_detail::launch_unit_order(p, 132, 128, 2), UnitOrder::kCopyMajorBanded);
+    EXPECT_EQ(cuda_detail::launch_unit_order(p, h100, 132, 128, 2), UnitOrder::kCopyMajorBanded);
   }
   EXPECT_FALSE(cuda_detail::force_unit_order(std::nullopt).has_value());
 }

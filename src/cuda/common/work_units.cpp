@@ -4,8 +4,6 @@
 
 #include <atomic>
 
-#include "cuda/common/device_info.hpp"
-
 namespace spattn::cuda_detail {
 namespace {
 
@@ -14,15 +12,15 @@ std::atomic<int32_t> forced_order{-1};
 
 }  // namespace
 
-UnitOrder launch_unit_order(const FwdParams& p, int64_t resident_ctas, int64_t head_dim, int64_t element_bytes) {
+UnitOrder launch_unit_order(const FwdParams& p, const DeviceInfo& device, int64_t resident_ctas, int64_t head_dim,
+                            int64_t element_bytes) {
   const int32_t forced = forced_order.load(std::memory_order_relaxed);
   if (forced >= 0) {  // a plan without bands (items built on the device) runs copy-major in one
     const auto order = static_cast<UnitOrder>(forced);
     return order == UnitOrder::kCopyMajorBanded && p.plan.band_first == nullptr ? UnitOrder::kCopyMajor : order;
   }
-  const int64_t copies = p.batch * (p.q_heads / p.plan.blocks.num_heads);
-  return choose_unit_order(p.plan, copies, resident_ctas, kv_bytes_read(p, head_dim, element_bytes),
-                           current_device_info().l2_bytes);
+  return choose_unit_order(p.plan, launch_copies(p), resident_ctas, kv_bytes_read(p, head_dim, element_bytes),
+                           device.l2_bytes);
 }
 
 std::optional<UnitOrder> force_unit_order(std::optional<UnitOrder> order) {

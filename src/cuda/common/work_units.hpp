@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "cuda/common/device_info.hpp"
 #include "cuda/common/fwd_params.hpp"
 #include "cuda/plan/device_plan_view.hpp"
 #include "spattn/hd.hpp"
@@ -74,10 +75,15 @@ inline int64_t kv_bytes_read(const FwdParams& p, int64_t head_dim, int64_t eleme
   return 2 * p.kv_heads * k_rows * p.residue_rate * head_dim * element_bytes;
 }
 
-// The order of a launch whose CTAs, `resident_ctas` at a time, run the
-// plan of `p` for every copy: the forced order if one is set, else
+// The copies of the plan a launch runs (batch x query heads per mask head):
+// its work units are the plan's items times these.
+inline int64_t launch_copies(const FwdParams& p) { return p.batch * (p.q_heads / p.plan.blocks.num_heads); }
+
+// The order of a launch on `device` whose CTAs, `resident_ctas` at a time,
+// run the plan of `p` for every copy: the forced order if one is set, else
 // choose_unit_order with the launch's K and V bytes and the device's L2.
-UnitOrder launch_unit_order(const FwdParams& p, int64_t resident_ctas, int64_t head_dim, int64_t element_bytes);
+UnitOrder launch_unit_order(const FwdParams& p, const DeviceInfo& device, int64_t resident_ctas, int64_t head_dim,
+                            int64_t element_bytes);
 
 // Makes every launch use `order` (std::nullopt, the default: each launch
 // chooses; banded copy-major becomes plain copy-major on a plan without

@@ -19,12 +19,13 @@ void launch_fwd_sm80(const FwdParams& p, cudaStream_t stream) {
   static_assert(Tr::kBlockM == kSm80Tile.rows && Tr::kBlockN == kSm80Tile.cols, "tile plan and kernel tile agree");
   const auto kernel = fwd_sm80_kernel<Tr>;
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Tr::kSmemBytes, "fwd_sm80");
-  const int64_t ctas = p.plan.num_items * p.batch * (p.q_heads / p.plan.blocks.num_heads);
+  const int64_t ctas = p.plan.num_items * launch_copies(p);
   require(ctas <= 0x7fffffff, "CUDA backend: ", ctas, " work items exceed the grid limit");
   // At least kMinBlocksPerSm CTAs run on each SM at a time (two; one at D =
   // 256): the concurrency the order's tail estimate assumes.
-  const int64_t resident = int64_t{current_device_info().sms} * Tr::kMinBlocksPerSm;
-  const UnitOrder order = launch_unit_order(p, resident, kHeadDim, sizeof(T));
+  const DeviceInfo& device = current_device_info();
+  const UnitOrder order =
+      launch_unit_order(p, device, int64_t{device.sms} * Tr::kMinBlocksPerSm, kHeadDim, sizeof(T));
   kernel<<<static_cast<unsigned>(ctas), Tr::kThreads, Tr::kSmemBytes, stream>>>(p, order);
   check_launch("fwd_sm80 kernel launch");
   if (p.plan.num_split_rows > 0) launch_split_combine<T>(p, Tr::kBlockM, stream);

@@ -42,7 +42,7 @@ void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   const DeviceInfo& device = current_device_info();
   require(!p.merge_into_out || p.plan.num_split_rows == 0,
           "CUDA sm90 kernel: a pass merged into out cannot have split rows (their combine step does not merge)");
-  const int64_t units = p.plan.num_items * p.batch * (p.q_heads / p.plan.blocks.num_heads);
+  const int64_t units = p.plan.num_items * launch_copies(p);
   require(units <= INT32_MAX, "CUDA sm90 kernel: ", units,
           " work units (plan items x batch x query heads per mask head) exceed 2^31 - 1");
   const int64_t ctas = std::min<int64_t>(units, device.sms);
@@ -50,7 +50,7 @@ void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
     ScopedScratch unit_counter(sizeof(uint32_t), stream);  // the units drawn after each CTA's first
     check_cuda(cudaMemsetAsync(unit_counter.get(), 0, sizeof(uint32_t), stream), "cudaMemsetAsync(unit counter)");
     const Sm90Schedule schedule{static_cast<uint32_t*>(unit_counter.get()),
-                                launch_unit_order(p, ctas, kHeadDim, sizeof(T))};
+                                launch_unit_order(p, device, ctas, kHeadDim, sizeof(T))};
     kernel<<<static_cast<unsigned>(ctas), Tr::kThreads, Tr::kSmemBytes, stream>>>(p, maps, schedule);
     check_launch("fwd_sm90 kernel launch");
   }

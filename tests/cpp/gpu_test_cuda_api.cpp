@@ -458,7 +458,6 @@ TEST(CudaDilatedSplit, PassesComputeEachPairOnce) {
 // term out: after the exclusion the row keeps the same keys (every pair of
 // the term there is excluded).
 TEST(CudaDilatedSplit, RegularRestRowsMayLeaveTheDilatedTermOut) {
-  constexpr int kNAtoms = 8;  // 64-key tiles, 16 columns per thread
   const std::vector<std::pair<Pattern, std::pair<int64_t, int64_t>>> cases = {
       {Pattern::unite(Pattern::dilated({256}, {4}, true), Pattern::sliding_window(64)), {1024, 1024}},
       {Pattern::unite(Pattern::dilated({288}, {4}, true), Pattern::sliding_window(256)), {744, 1000}},
@@ -487,17 +486,14 @@ TEST(CudaDilatedSplit, RegularRestRowsMayLeaveTheDilatedTermOut) {
         cuda_detail::KeySpan keys;
         const bool has_excl =
             cuda_detail::excluded_keys(rest, h, cuda_detail::positive_mod(h, rest.rate), i, shift, keys);
-        for (int64_t k0 = 0; k0 < lk; k0 += 8 * kNAtoms)
-          for (int first_col = 0; first_col < 8; first_col += 2) {
-            uint32_t whole = 0, without = 0;
-            ASSERT_TRUE(cuda_detail::expr_row_bits<kNAtoms>(e, h, pos, k0, first_col, whole));
-            ASSERT_TRUE(cuda_detail::expr_row_bits<kNAtoms>(e, h, pos, k0, first_col, without,
-                                                            rest.term_left_out(pos, pos + 1)));
-            const uint32_t excluded =
-                has_excl ? cuda_detail::span_bits<kNAtoms>(keys.lo, keys.hi, keys.stride, keys.residue, k0, first_col)
-                         : 0u;
-            ASSERT_EQ(whole & ~excluded, without & ~excluded) << "h " << h << " position " << pos << " k0 " << k0;
-          }
+        for (int64_t k0 = 0; k0 < lk; k0 += 64) {
+          uint64_t whole = 0, without = 0;
+          ASSERT_TRUE(cuda_detail::expr_row_word(e, h, pos, k0, whole));
+          ASSERT_TRUE(cuda_detail::expr_row_word(e, h, pos, k0, without, rest.term_left_out(pos, pos + 1)));
+          const uint64_t excluded =
+              has_excl ? cuda_detail::span_word(keys.lo, keys.hi, keys.stride, keys.residue, k0) : 0;
+          ASSERT_EQ(whole & ~excluded, without & ~excluded) << "h " << h << " position " << pos << " k0 " << k0;
+        }
       }
   }
   EXPECT_GT(rows_checked, 1000);
@@ -548,12 +544,10 @@ TEST(CudaDilatedSplit, OnlyWhereThePermutationIsExact) {
   EXPECT_EQ(cuda_detail::make_dilated_split(part, TileShape{128, 64}), nullptr);
 }
 
-// kNAtoms 8: the sm80 kernel's 64-key tiles (16 columns per thread); 16: the
-// sm90 kernel's 128-key tiles (32 columns).
-template <int kNAtoms>
-void expect_span_form_agrees_with_the_predicate(uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  constexpr int64_t kTileKeys = 8 * kNAtoms;
+// The word of a row (bit k: key k0 + k) holds exactly the keys the
+// predicate allows, for every pattern with a span form.
+TEST(CudaRowKeyBits, SpanFormAgreesWithThePredicate) {
+  std::mt19937_64 rng(12);
   int64_t rows_with_span_form = 0;
   for (int n = 0; n < 300; ++n) {
     const int64_t lq = draw(rng, 1, 900), lk = draw(rng, 1, 900), heads = 4;
@@ -561,36 +555,50 @@ void expect_span_form_agrees_with_the_predicate(uint64_t seed) {
     SCOPED_TRACE(c.name);
     for (int r = 0; r < 20; ++r) {
       const int64_t h = draw(rng, 0, heads - 1), i = draw(rng, 0, lq - 1), p = i + lk - lq;
-      const int64_t k0 = draw(rng, 0, (lk - 1) / kTileKeys) * kTileKeys;
-      const int first_col = static_cast<int>(draw(rng, 0, 3)) * 2;
+      const int64_t k0 = draw(rng, 0, (lk - 1) / 64) * 64;
       const PatternExpr& e = c.pattern.expr_for_head(h, heads);
-      uint32_t bits = 0;
-      if (!cuda_detail::expr_row_bits<kNAtoms>(e, h, p, k0, first_col, bits)) continue;
+      uint64_t word = 0;
+      if (!cuda_detail::expr_row_word(e, h, p, k0, word)) continue;
       ++rows_with_span_form;
-      for (int k = 0; k < 2 * kNAtoms; ++k) {
-        const int64_t j = k0 + (k / 2) * 8 + (k % 2) + first_col;
-        ASSERT_EQ(((bits >> k) & 1) != 0, expr_allows(e, h, i, p, j))
-            << "h " << h << " i " << i << " p " << p << " j " << j;
-      }
+      for (int k = 0; k < 64; ++k)
+        ASSERT_EQ(((word >> k) & 1) != 0, expr_allows(e, h, i, p, k0 + k))
+            << "h " << h << " i " << i << " p " << p << " j " << k0 + k;
     }
   }
   EXPECT_GT(rows_with_span_form, 1000);
 }
 
-TEST(CudaRowKeyBits, SpanFormAgreesWithThePredicate) {
-  expect_span_form_agrees_with_the_predicate<8>(12);
-  expect_span_form_agrees_with_the_predicate<16>(13);
+// Every stride and offset of a span, against a key-by-key test.
+TEST(CudaRowKeyBits, SpanWordMatchesItsDefinition) {
+  for (const int64_t stride : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{7}, int64_t{8}, int64_t{16},
+                               int64_t{31}, int64_t{63}, int64_t{64}, int64_t{65}, int64_t{200}})
+    for (const int64_t k0 : {int64_t{0}, int64_t{64}, int64_t{1} << 40})
+      for (int64_t lo = k0 - 70; lo <= k0 + 70; lo += 7)
+        for (int64_t hi = lo - 1; hi <= k0 + 140; hi += 11)
+          for (int64_t residue = 0; residue < stride && residue < 70; residue += 3) {
+            const uint64_t word = cuda_detail::span_word(lo, hi, stride, residue, k0);
+            for (int k = 0; k < 64; ++k) {
+              const int64_t j = k0 + k;
+              const bool in = j >= lo && j <= hi && cuda_detail::positive_mod(j - residue, stride) == 0;
+              ASSERT_EQ(((word >> k) & 1) != 0, in)
+                  << "lo " << lo << " hi " << hi << " stride " << stride << " residue " << residue << " j " << j;
+            }
+          }
 }
 
-// Columns are (k / 2) * 8 + (k % 2) + first_col; the first at or after x is
-// found without a search.
-TEST(CudaRowKeyBits, FirstColumnAtOrAfterMatchesASearch) {
-  for (int first_col = 0; first_col < 8; first_col += 2)
-    for (int x = -20; x <= 300; ++x) {
-      int k = 0;
-      while ((k / 2) * 8 + (k % 2) + first_col < x) ++k;
-      ASSERT_EQ(cuda_detail::first_column_at_or_after(x, first_col), k) << "x " << x << " first_col " << first_col;
+// A thread's columns of a row: bit 2 n + c is key 8 n + first_col + c.
+TEST(CudaRowKeyBits, ThreadColumnsPickTheThreadsKeys) {
+  std::mt19937_64 rng(14);
+  for (int n = 0; n < 200; ++n) {
+    const uint64_t keys = rng();
+    for (int first_col = 0; first_col < 8; first_col += 2) {
+      const uint32_t bits = cuda_detail::thread_columns(keys, first_col);
+      for (int k = 0; k < 32; ++k) {
+        const int key = (k / 2) * 8 + (k % 2) + first_col;
+        ASSERT_EQ((bits >> k) & 1, k < 16 ? (keys >> key) & 1 : 0) << "first_col " << first_col << " k " << k;
+      }
     }
+  }
 }
 
 TEST(CudaRowKeyBits, DivisionShortcutsAgreeWithPlainDivision) {

@@ -1,7 +1,7 @@
 // cuda/common/excluded_keys.hpp - the keys that one pass of a dilated split
 // leaves to the other in one query row (DilatedExclusion, fwd_params.hpp), as
 // a single span {lo <= j <= hi, j = residue mod stride}. Host and device: the
-// kernels turn it into bits (excluded_bits, tile_mask.cuh); a host test checks
+// kernels turn it into bits (lane_keep_word, tile_mask.cuh); a host test checks
 // it against the split's partition of the pairs.
 #pragma once
 

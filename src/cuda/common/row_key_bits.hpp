@@ -1,30 +1,23 @@
-// cuda/common/row_key_bits.hpp - the pattern predicate of one query row over a
-// thread's columns of a key tile, as a bit mask, without testing key by key.
+// cuda/common/row_key_bits.hpp - the pattern predicate of one query row over
+// 64 consecutive keys, as a 64-bit word (bit k: key k0 + k), without testing
+// key by key, and a thread's columns of such a word in the mma C layout.
 //
-// In the mma C layout a thread owns, of every 8 consecutive keys of a tile,
-// the pair first_col, first_col + 1: column k of the thread (k = 0 .. 2N-1) is
-// key k0 + (k / 2) * 8 + (k % 2) + first_col. For the terms whose allowed keys
-// in a row form up to two arithmetic spans {lo <= j <= hi, j = residue mod
-// stride} - dense, sliding window, block-diagonal, streaming, strided,
-// dilated - the row's spans are derived once from the term's definition in
-// spattn/pattern_terms.hpp and turned into the thread's bits with a few
-// compares per column. Other terms (fixed, BigBird, Longformer, custom) report
-// that they have no span form, and the caller tests their keys one by one
-// with expr_allows. Host and device (unit-tested on the host against
-// term_allows).
+// For the terms whose allowed keys in a row form up to two arithmetic spans
+// {lo <= j <= hi, j = residue mod stride} - dense, sliding window,
+// block-diagonal, streaming, strided, dilated - the row's spans are derived
+// once from the term's definition in spattn/pattern_terms.hpp and turned into
+// the word with a few shifts and masks. Other terms (fixed, BigBird,
+// Longformer, custom) report that they have no span form, and the caller
+// tests their keys one by one with expr_allows. In the mma C layout a thread
+// owns, of every 8 consecutive keys of a tile, the pair first_col,
+// first_col + 1 (thread_columns picks them out of a word). Host and device
+// (unit-tested on the host against expr_allows).
 #pragma once
 
 #include <cstdint>
 
 #include "spattn/hd.hpp"
 #include "spattn/pattern_terms.hpp"
-
-// Keeps a loop rolled under nvcc (host compilers have no such pragma).
-#if defined(__CUDACC__)
-#define SPATTN_ROLLED_LOOP _Pragma("unroll 1")
-#else
-#define SPATTN_ROLLED_LOOP
-#endif
 
 namespace spattn::cuda_detail {
 
@@ -68,56 +61,50 @@ SPATTN_HD int64_t nonnegative_div(int64_t x, int64_t m) {
   return x / m;
 }
 
-// Index of the first of the thread's columns at or after tile column x
-// (columns are (k / 2) * 8 + (k % 2) + first_col).
-SPATTN_HD int first_column_at_or_after(int x, int first_col) {
-  if (x <= first_col) return 0;
-  const unsigned d = static_cast<unsigned>(x - first_col), rem = d & 7u;  // d > 0: shifts and masks
-  return static_cast<int>(2u * (d >> 3) + (rem < 2u ? rem : 2u));
+// Bits [lo, hi] of a 64-bit word (0 <= lo, hi < 64; none when hi < lo).
+SPATTN_HD uint64_t bit_run(int lo, int hi) {
+  if (hi < lo) return 0;
+  return (~uint64_t{0} >> (63 - hi)) & (~uint64_t{0} << lo);
 }
 
-// Bits k (k < 2 * kNAtoms) of the thread's columns whose key lies in
-// [lo, hi] and is congruent to `residue` modulo `stride`.
-template <int kNAtoms>
-SPATTN_HD uint32_t span_bits(int64_t lo, int64_t hi, int64_t stride, int64_t residue, int64_t k0, int first_col) {
-  constexpr int kTileKeys = kNAtoms * 8, kCols = 2 * kNAtoms;
-  if (hi < lo || hi < k0 || lo >= k0 + kTileKeys) return 0;
-  const int lo_rel = lo - k0 < 0 ? 0 : static_cast<int>(lo - k0);
-  const int hi_rel = hi - k0 >= kTileKeys ? kTileKeys - 1 : static_cast<int>(hi - k0);
-  // Columns k in [k_lo, k_hi): a contiguous run, since columns grow with k.
-  const int k_lo = first_column_at_or_after(lo_rel, first_col);
-  const int k_hi = first_column_at_or_after(hi_rel + 1, first_col);
-  if (k_hi <= k_lo) return 0;
-  const uint32_t run = ((k_hi >= 32 ? 0u : 1u << k_hi) - 1u) & ~((1u << k_lo) - 1u);
-  if (stride <= 1) return run & ((kCols >= 32 ? 0u : 1u << kCols) - 1u);
-  if (stride > kTileKeys) {  // at most one key of the tile qualifies
-    const int64_t offset = positive_mod(residue - k0, stride);
-    if (offset >= kTileKeys) return 0;
-    return run & (((offset - first_col) & 7) < 2 ? 1u << first_column_at_or_after(static_cast<int>(offset), first_col)
-                                                 : 0u);
-  }
-  // Column k is kept when (k / 2) * 8 + (k % 2) + base is a multiple of stride.
-  const int m = static_cast<int>(stride);
-  const int base = static_cast<int>(positive_mod(k0 + first_col - residue, stride));
-  if (m <= 8 && is_power_of_two(m)) {  // (k / 2) * 8 is a multiple of m: only k % 2 + base (< m) decides
-    const uint32_t even = base == 0 ? 0x55555555u : 0u;
-    const uint32_t odd = base + 1 == m ? 0xAAAAAAAAu : 0u;
-    return run & (even | odd);
-  }
-  uint32_t bits = 0;
-  SPATTN_ROLLED_LOOP
-  for (int k = k_lo; k < k_hi; ++k) {
-    const int x = (k >> 1) * 8 + (k & 1) + base;
-    if (is_power_of_two(m) ? (x & (m - 1)) == 0 : x % m == 0) bits |= 1u << k;
-  }
+// Bits 0, m, 2m, ... of a 64-bit word (m >= 1), by doubling: log2(64 / m) steps.
+SPATTN_HD uint64_t multiples_of(int m) {
+  uint64_t bits = 1;
+  for (int step = m; step < 64; step *= 2) bits |= bits << step;
   return bits;
 }
 
-// The term's allowed keys among the thread's columns for the row at position
-// p of query head h; false if the term has no span form.
-template <int kNAtoms>
-SPATTN_HD bool term_row_bits(const PatternTerm& t, int64_t h, int64_t p, int64_t k0, int first_col,
-                             uint32_t& bits) {
+// The keys k0 + k (bit k, k < 64) that lie in [lo, hi] and are congruent to
+// `residue` modulo `stride`.
+SPATTN_HD uint64_t span_word(int64_t lo, int64_t hi, int64_t stride, int64_t residue, int64_t k0) {
+  if (hi < lo || hi < k0 || lo >= k0 + 64) return 0;
+  const int lo_rel = lo - k0 < 0 ? 0 : static_cast<int>(lo - k0);
+  const int hi_rel = hi - k0 >= 63 ? 63 : static_cast<int>(hi - k0);
+  const uint64_t run = bit_run(lo_rel, hi_rel);
+  if (stride <= 1) return run;
+  const int64_t first = positive_mod(residue - k0, stride);  // the first congruent key's bit
+  if (first >= 64) return 0;
+  return stride >= 64 ? run & (uint64_t{1} << first) : run & (multiples_of(static_cast<int>(stride)) << first);
+}
+
+// A thread's 8 columns of 32 consecutive keys in the mma C layout: bit
+// 2 n + c is key 8 n + first_col + c (n < 4, c < 2), for bit x of `keys` key x.
+SPATTN_HD uint32_t quarter_columns(uint32_t keys, int first_col) {
+  uint32_t x = (keys >> first_col) & 0x03030303u;  // byte n: the thread's pair of keys 8 n ..
+  x = (x | (x >> 6)) & 0x000F000Fu;                // pairs n = 0, 1 in bits 0-3; 2, 3 in bits 16-19
+  return (x | (x >> 12)) & 0xFFu;
+}
+
+// The thread's 16 columns of 64 consecutive keys (bit k of `keys` key k):
+// bit 2 n + c is key 8 n + first_col + c.
+SPATTN_HD uint32_t thread_columns(uint64_t keys, int first_col) {
+  return quarter_columns(static_cast<uint32_t>(keys), first_col) |
+         quarter_columns(static_cast<uint32_t>(keys >> 32), first_col) << 8;
+}
+
+// The term's allowed keys among the 64 keys from k0 (bit k: key k0 + k) for
+// the row at position p of query head h; false if the term has no span form.
+SPATTN_HD bool term_row_word(const PatternTerm& t, int64_t h, int64_t p, int64_t k0, uint64_t& word) {
   const int64_t a = clamp_param(t.a), b = clamp_param(t.b);
   int64_t lo1 = 0, hi1 = -1, stride1 = 1, residue1 = 0;
   int64_t lo2 = 0, hi2 = -1, stride2 = 1, residue2 = 0;
@@ -149,27 +136,25 @@ SPATTN_HD bool term_row_bits(const PatternTerm& t, int64_t h, int64_t p, int64_t
     hi1 = hi1 < p ? hi1 : p;
     hi2 = hi2 < p ? hi2 : p;
   }
-  bits = span_bits<kNAtoms>(lo1, hi1, stride1, residue1, k0, first_col) |
-         span_bits<kNAtoms>(lo2, hi2, stride2, residue2, k0, first_col);
+  word = span_word(lo1, hi1, stride1, residue1, k0) | span_word(lo2, hi2, stride2, residue2, k0);
   return true;
 }
 
-// The expression's allowed keys among the thread's columns (OR or AND of its
+// The expression's allowed keys among the 64 keys from k0 (OR or AND of its
 // terms); false if some term has no span form. Term `skip_term` of an OR is
 // left out (a dilated split's rest pass: its term's pairs in the row are all
 // excluded anyway).
-template <int kNAtoms>
-SPATTN_HD bool expr_row_bits(const PatternExpr& e, int64_t h, int64_t p, int64_t k0, int first_col,
-                             uint32_t& bits, int32_t skip_term = -1) {
+SPATTN_HD bool expr_row_word(const PatternExpr& e, int64_t h, int64_t p, int64_t k0, uint64_t& word,
+                             int32_t skip_term = -1) {
   const bool all = e.op == ExprOp::And;
-  uint32_t acc = all ? (2u << (2 * kNAtoms - 1)) - 1u : 0u;
+  uint64_t acc = all ? ~uint64_t{0} : 0;
   for (int32_t n = 0; n < e.num_terms; ++n) {
     if (n == skip_term && !all) continue;
-    uint32_t term_bits = 0;
-    if (!term_row_bits<kNAtoms>(e.terms[n], h, p, k0, first_col, term_bits)) return false;
-    acc = all ? acc & term_bits : acc | term_bits;
+    uint64_t term_word = 0;
+    if (!term_row_word(e.terms[n], h, p, k0, term_word)) return false;
+    acc = all ? acc & term_word : acc | term_word;
   }
-  bits = acc;
+  word = acc;
   return true;
 }
 

@@ -8,9 +8,11 @@
 // accumulator is exactly this layout for each of its four warps, with
 // kMAtoms = 1 and kNAtoms = N / 8.) A thread thus has 2 * kMAtoms rows
 // (row r = 2a + half: entries s[a][n][2 * half + c]) of 2 * kNAtoms columns
-// each (column k = 2n + c), and a row's keep bits are its columns' bits as
-// the span form computes them (row_key_bits.hpp): bit k is column k. KeepBits
-// packs the rows into 32-bit words, whole rows per word.
+// each (column k = 2n + c), and a row's keep bits are its columns' bits: bit
+// k is column k (thread_columns in row_key_bits.hpp picks them out of a row's
+// 64-key word). KeepBits packs the rows into 32-bit words, whole rows per
+// word. The predicate itself runs once per row and 64-key segment, a lane
+// each (tile_keep_bits).
 //
 // The traits Tr provide kMAtoms, kNAtoms, kWarpRows (query rows per warp) and
 // kBlockN (keys per tile).
@@ -60,8 +62,8 @@ struct KeepBits {
     for (int w = 0; w < kWords; ++w) all = all && word[w] == ~0u;
     return all;
   }
-  // ORs `bits` (bit k: column k) into row r; r may vary at run time (the
-  // rolled row loops), the words stay in registers.
+  // ORs `bits` (bit k: column k) into row r; r may vary at run time, the
+  // words stay in registers.
   __device__ __forceinline__ void add_row(int r, uint32_t bits) {
     const uint32_t placed = (bits & kRowMask) << ((r % kRowsPerWord) * kRowBits);
 #pragma unroll
@@ -103,75 +105,118 @@ __device__ __forceinline__ void mask_key_bounds(float (&s)[Tr::kMAtoms][Tr::kNAt
         if (n * 8 + (lane & 3) * 2 + (reg & 1) >= keys_left) s[a][n][reg] = kNegInf;
 }
 
-// The pairs of a partial tile that are allowed: key and row in bounds, the
-// sub-block kept (derived plans), and either the sub-block full or the pattern
-// predicate true. The predicate is evaluated per row: through its span form
-// (row_key_bits.hpp) where the pattern has one, else key by key. Rows are not
-// unrolled: the predicate is large and stays out of the full-tile path.
+// Masks a tile's scores: `keep` where it drops something (partial tiles, a
+// dilated split's exclusion), key bounds on a ragged full tile (the keys past
+// k_len are zeros, or in a packed varlen batch the next sequence's).
 template <typename Tr>
-__device__ __forceinline__ KeepBits<Tr> partial_keep_bits(const FwdParams& p, const PatternExpr& expr,
-                                                          const TileWalk& walk, const SequenceSpan& seq, int64_t h,
-                                                          int64_t q0, int64_t k0, int warp, int lane) {
-  constexpr int kCols = 2 * Tr::kNAtoms;  // columns of this thread per row
-  const DeviceTilePlanView& plan = p.plan;
-  const bool has_sub = plan.sub_present != nullptr;
-  const uint64_t present = has_sub ? plan.sub_present[walk.at] : ~uint64_t{0};
-  const uint64_t full = has_sub ? plan.sub_full[walk.at] : 0;
-  // Query row i sits at position i + shift (for a varlen sequence that is its
-  // mask row; a regular batch's mask rows are its query rows).
-  const int64_t shift = seq.k_len - seq.q_len, keys_left = seq.k_len - k0;
-  const int first_col = (lane & 3) * 2;
-  // The thread's columns inside the keys: all but those at or past keys_left.
-  const int k_end = keys_left >= Tr::kBlockN ? kCols : first_column_at_or_after(static_cast<int>(keys_left), first_col);
-  const uint32_t in_bounds = k_end >= 32 ? ~0u : (1u << k_end) - 1u;
-  const int64_t warp_pos = q0 + warp * Tr::kWarpRows + shift;
-  const int32_t skip_term = p.exclude.term_left_out(warp_pos, warp_pos + Tr::kWarpRows);
-  KeepBits<Tr> keep = KeepBits<Tr>::none();
-#pragma unroll 1
-  for (int r = 0; r < KeepBits<Tr>::kRows; ++r) {
-    const int row = warp * Tr::kWarpRows + (r >> 1) * 16 + (lane >> 2) + (r & 1) * 8;
-    const int64_t i = q0 + row;
-    if (!seq.has_row(i)) continue;
-    uint32_t allowed = 0;
-    if (!expr_row_bits<Tr::kNAtoms>(expr, h, i + shift, k0, first_col, allowed, skip_term)) {
-#pragma unroll 1
-      for (int k = 0; k < k_end; ++k) {
-        const int col = (k >> 1) * 8 + (k & 1) + first_col;
-        if (expr_allows(expr, h, i, i + shift, k0 + col)) allowed |= 1u << k;
-      }
-    }
-    allowed &= in_bounds;
-    if (has_sub) {  // a derived plan: the sub-block must be present, and full or allowed
-      uint32_t sub_ok = 0;
-#pragma unroll
-      for (int k = 0; k < kCols; ++k) {
-        const int col = (k >> 1) * 8 + (k & 1) + first_col;
-        const int bit = (row >> plan.sub.row_shift) * plan.sub.cols + (col >> plan.sub.col_shift);
-        sub_ok |= static_cast<uint32_t>(((present >> bit) & 1) && (((full >> bit) & 1) || ((allowed >> k) & 1))) << k;
-      }
-      allowed = sub_ok & in_bounds;
-    }
-    keep.add_row(r, allowed);
-  }
-  return keep;
+__device__ __forceinline__ void mask_scores(float (&s)[Tr::kMAtoms][Tr::kNAtoms][4], bool full,
+                                            const KeepBits<Tr>& keep, int64_t k0, int64_t k_len, int lane) {
+  if (!keep.keeps_all()) apply_keep_bits<Tr>(s, keep);
+  if (full && k0 + Tr::kBlockN > k_len) mask_key_bounds<Tr>(s, k_len - k0, lane);
 }
 
-// The entries of the tile that p.exclude removes (the keys of each row from
-// excluded_keys).
+// The keep bits of the row and 64-key segment of the tile that this lane
+// evaluates (tile_keep_bits): a partial tile's allowed pairs - key in bounds,
+// the sub-block kept (derived plans), and either the sub-block full or the
+// pattern predicate true, through its span form (row_key_bits.hpp) where the
+// pattern has one, else key by key - less the pairs a dilated split leaves to
+// its other pass when `excluding`. All keys of a full tile (its key bounds
+// are masked apart, mask_key_bounds); none for a row outside the sequence.
 template <typename Tr>
-__device__ __forceinline__ KeepBits<Tr> excluded_bits(const FwdParams& p, const SequenceSpan& seq, int64_t h,
-                                                      int64_t q0, int64_t k0, int warp, int lane) {
-  const int64_t residue = positive_mod(h, p.exclude.rate);
-  const int first_col = (lane & 3) * 2;
-  KeepBits<Tr> out = KeepBits<Tr>::none();
+__device__ __forceinline__ uint64_t lane_keep_word(const FwdParams& p, const PatternExpr& expr, const TileWalk& walk,
+                                                   bool full, bool excluding, const SequenceSpan& seq, int64_t h,
+                                                   int64_t q0, int64_t k0, int warp, int lane) {
+  constexpr int kSegments = Tr::kBlockN / 64;
+  const int row = warp * Tr::kWarpRows + lane % Tr::kWarpRows, segment = lane / Tr::kWarpRows % kSegments;
+  const int64_t i = q0 + row, seg_k0 = k0 + 64 * segment;
+  if (!seq.has_row(i)) return 0;
+  // Query row i sits at position i + shift (for a varlen sequence that is its
+  // mask row; a regular batch's mask rows are its query rows).
+  const int64_t shift = seq.k_len - seq.q_len;
+  uint64_t word = ~uint64_t{0};
+  if (!full) {
+    const int64_t keys_left = seq.k_len - seg_k0;
+    const int keys = keys_left >= 64 ? 64 : keys_left <= 0 ? 0 : static_cast<int>(keys_left);
+    const int64_t warp_pos = q0 + warp * Tr::kWarpRows + shift;
+    if (!expr_row_word(expr, h, i + shift, seg_k0, word, p.exclude.term_left_out(warp_pos, warp_pos + Tr::kWarpRows))) {
+      word = 0;
 #pragma unroll 1
-  for (int r = 0; r < KeepBits<Tr>::kRows; ++r) {
-    const int64_t i = q0 + warp * Tr::kWarpRows + (r >> 1) * 16 + (lane >> 2) + (r & 1) * 8;
-    KeySpan keys;
-    if (!seq.has_row(i) || !excluded_keys(p.exclude, h, residue, i, seq.k_len - seq.q_len, keys)) continue;
-    out.add_row(r, span_bits<Tr::kNAtoms>(keys.lo, keys.hi, keys.stride, keys.residue, k0, first_col));
+      for (int k = 0; k < keys; ++k)
+        if (expr_allows(expr, h, i, i + shift, seg_k0 + k)) word |= uint64_t{1} << k;
+    }
+    const DeviceTilePlanView& plan = p.plan;
+    if (plan.sub_present != nullptr) {  // a derived plan: the sub-block must be present, and full or allowed
+      const int first = (row >> plan.sub.row_shift) * plan.sub.cols, shift_k = plan.sub.col_shift;
+      const uint64_t present = plan.sub_present[walk.at] >> first, sub_full = plan.sub_full[walk.at] >> first;
+      uint64_t present_keys = 0, full_keys = 0;
+#pragma unroll 1
+      for (int c = (64 * segment) >> shift_k; c <= (64 * segment + 63) >> shift_k; ++c) {
+        const int lo = (c << shift_k) - 64 * segment, hi = ((c + 1) << shift_k) - 1 - 64 * segment;
+        const uint64_t run = bit_run(lo < 0 ? 0 : lo, hi > 63 ? 63 : hi);
+        if ((present >> c) & 1) present_keys |= run;
+        if ((sub_full >> c) & 1) full_keys |= run;
+      }
+      word = present_keys & (full_keys | word);
+    }
+    word &= bit_run(0, keys - 1);
   }
-  return out;
+  if (excluding) {
+    KeySpan excluded;
+    if (excluded_keys(p.exclude, h, positive_mod(h, p.exclude.rate), i, shift, excluded))
+      word &= ~span_word(excluded.lo, excluded.hi, excluded.stride, excluded.residue, seg_k0);
+  }
+  return word;
+}
+
+// `x`, as a value the compiler cannot see through: what is computed from it
+// stays where it is used instead of being hoisted out of the tile loop.
+__device__ __forceinline__ int opaque(int x) {
+  int y;
+  asm volatile("mov.b32 %0, %1;" : "=r"(y) : "r"(x));
+  return y;
+}
+
+// The keep bits of a tile: all on a full tile without exclusion; else each
+// lane evaluates one row and 64-key segment of its warp's rows
+// (lane_keep_word: lanes ascend over the rows, then the segments; with fewer
+// than 32 of them, the upper lanes repeat the lower ones) and each thread
+// gathers its rows' columns from the lanes holding them (two shuffles per
+// row and segment), so the predicate runs once per row and segment rather
+// than once in each of the four threads sharing a row. Exclusions of a
+// dilated split: the rest's on partial tiles, the permuted pass's on every
+// tile. The lane and warp indices pass through `opaque` first: hoisted out
+// of the tile loop, the shuffle sources and row offsets derived from them
+// stayed live through the full tiles too (9 more registers at the sm90 loop
+// head; same-run H100 A/B: dense -1.8% on sm80, window and streaming without
+// the 3% they gain otherwise).
+template <typename Tr>
+__device__ __forceinline__ KeepBits<Tr> tile_keep_bits(const FwdParams& p, const PatternExpr& expr,
+                                                       const TileWalk& tile, bool full, const SequenceSpan& seq,
+                                                       int64_t h, int64_t q0, int64_t k0, int warp, int lane) {
+  constexpr int kSegments = Tr::kBlockN / 64;
+  static_assert(Tr::kBlockN % 64 == 0 && Tr::kWarpRows * kSegments <= 32, "a lane per row and 64-key segment");
+  static_assert(KeepBits<Tr>::kRowBits == 16 * kSegments, "a thread has 16 columns per segment");
+  const bool excluding = p.exclude.kind == Exclusion::FullRuns || (p.exclude.kind == Exclusion::Rest && !full);
+  if (full && !excluding) return KeepBits<Tr>::all();
+  lane = opaque(lane);
+  warp = opaque(warp);
+  const uint64_t word = lane_keep_word<Tr>(p, expr, tile, full, excluding, seq, h, q0, k0, warp, lane);
+  const uint32_t low = static_cast<uint32_t>(word), high = static_cast<uint32_t>(word >> 32);
+  const int first_col = (lane & 3) * 2;
+  KeepBits<Tr> keep = KeepBits<Tr>::none();
+#pragma unroll
+  for (int r = 0; r < KeepBits<Tr>::kRows; ++r) {
+    const int row = (r >> 1) * 16 + (lane >> 2) + (r & 1) * 8;  // of the warp
+    uint32_t bits = 0;
+#pragma unroll
+    for (int segment = 0; segment < kSegments; ++segment) {
+      const int from = row + segment * Tr::kWarpRows;
+      const uint64_t keys = uint64_t{__shfl_sync(0xffffffffu, high, from)} << 32 | __shfl_sync(0xffffffffu, low, from);
+      bits |= thread_columns(keys, first_col) << (16 * segment);
+    }
+    keep.add_row(r, bits);
+  }
+  return keep;
 }
 
 }  // namespace spattn::cuda_detail

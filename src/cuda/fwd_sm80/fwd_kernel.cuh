@@ -40,7 +40,6 @@
 #include "cuda/common/fwd_params.hpp"
 #include "cuda/common/online_softmax.cuh"
 #include "cuda/common/ptx_sm80.cuh"
-#include "cuda/common/row_key_bits.hpp"
 #include "cuda/common/sequence_span.hpp"
 #include "cuda/common/tile_mask.cuh"
 #include "cuda/common/tile_walk.cuh"
@@ -233,10 +232,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm)
     cp_async_commit();
 
     // The predicate runs before S is live, so its registers do not compete with S.
-    // Exclusions of a dilated split: the rest's on partial tiles, the permuted pass's everywhere.
-    const bool excluding = p.exclude.kind == Exclusion::FullRuns || (p.exclude.kind == Exclusion::Rest && !full);
-    KeepBits<Tr> keep = full ? KeepBits<Tr>::all() : partial_keep_bits<Tr>(p, expr, walk, seq, h, q0, k0, warp, lane);
-    if (excluding) keep.remove(excluded_bits<Tr>(p, seq, h, q0, k0, warp, lane));
+    const KeepBits<Tr> keep = tile_keep_bits<Tr>(p, expr, walk, full, seq, h, q0, k0, warp, lane);
     float s[Tr::kMAtoms][Tr::kNAtoms][4];
 #pragma unroll
     for (int a = 0; a < Tr::kMAtoms; ++a)
@@ -245,8 +241,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm)
 #pragma unroll
         for (int c = 0; c < 4; ++c) s[a][n][c] = 0.0f;
     multiply_qk<Tr>(s, sQ, sK, warp, lane);
-    if (!full || excluding) apply_keep_bits<Tr>(s, keep);
-    if (full && k0 + Tr::kBlockN > seq.k_len) mask_key_bounds<Tr>(s, seq.k_len - k0, lane);
+    mask_scores<Tr>(s, full, keep, k0, seq.k_len, lane);
 
     cp_async_wait<0>();
     __syncthreads();  // V(n) visible to all; every warp is done reading K(n)

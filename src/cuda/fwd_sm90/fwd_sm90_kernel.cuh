@@ -301,30 +301,6 @@ __device__ __forceinline__ void issue_pv(float (&o)[1][Tr::kDAtoms][4], const ui
   wgmma_commit();
 }
 
-// Masks a tile's scores: `keep` where it drops something (partial tiles, a
-// dilated split's exclusion), key bounds on a ragged full tile (the keys past
-// k_len are zeros, or in a packed varlen batch the next sequence's).
-template <typename Tr>
-__device__ __forceinline__ void mask_scores(float (&s)[1][Tr::kNAtoms][4], bool full, const KeepBits<Tr>& keep,
-                                            int64_t k0, int64_t k_len, int lane) {
-  if (!keep.keeps_all()) apply_keep_bits<Tr>(s, keep);
-  if (full && k0 + Tr::kBlockN > k_len) mask_key_bounds<Tr>(s, k_len - k0, lane);
-}
-
-// The keep bits of a tile, computed before S is live: all on full tiles,
-// partial_keep_bits on partial ones; less the pairs a dilated split leaves to
-// its other pass (the rest's exclusion on partial tiles, the permuted pass's
-// on every tile).
-template <typename Tr>
-__device__ __forceinline__ KeepBits<Tr> tile_keep_bits(const FwdParams& p, const PatternExpr& expr,
-                                                       const TileWalk& tile, bool full, const SequenceSpan& seq,
-                                                       int64_t h, int64_t q0, int64_t k0, int warp, int lane) {
-  KeepBits<Tr> keep = full ? KeepBits<Tr>::all() : partial_keep_bits<Tr>(p, expr, tile, seq, h, q0, k0, warp, lane);
-  if (p.exclude.kind == Exclusion::FullRuns || (p.exclude.kind == Exclusion::Rest && !full))
-    keep.remove(excluded_bits<Tr>(p, seq, h, q0, k0, warp, lane));
-  return keep;
-}
-
 // One work unit of a consumer warpgroup. Per tile n the products are issued
 // as
 //   S(n) = Q K(n)^T; O += P(n-1) V(n-1); wait S(n); mask, softmax of S(n)

@@ -12,6 +12,7 @@
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/sequence_span.hpp"
 #include "cuda/common/split_combine.hpp"
+#include "cuda/common/work_units.hpp"
 
 namespace spattn::cuda_detail {
 namespace {
@@ -25,7 +26,7 @@ template <typename T>
 __global__ void __launch_bounds__(kCombineThreads) split_combine_kernel(const FwdParams p, int64_t tile_rows) {
   const DeviceTilePlanView& plan = p.plan;
   const int64_t heads_per_mask_head = p.q_heads / plan.blocks.num_heads;
-  const int64_t copies = p.batch * heads_per_mask_head;
+  const int64_t copies = p.batch * heads_per_mask_head;  // launch_copies(p), its division shared with h below
   const SplitRow split = plan.split_rows[blockIdx.x / copies];
   const int64_t copy = blockIdx.x % copies;
   const int64_t b = copy / heads_per_mask_head;
@@ -66,7 +67,7 @@ __global__ void __launch_bounds__(kCombineThreads) split_combine_kernel(const Fw
 
 template <typename T>
 void launch_split_combine(const FwdParams& p, int64_t tile_rows, cudaStream_t stream) {
-  const int64_t ctas = p.plan.num_split_rows * p.batch * (p.q_heads / p.plan.blocks.num_heads);
+  const int64_t ctas = p.plan.num_split_rows * launch_copies(p);
   require(ctas <= 0x7fffffff, "CUDA backend: ", ctas, " split rows exceed the grid limit");
   split_combine_kernel<T><<<static_cast<unsigned>(ctas), kCombineThreads, 0, stream>>>(p, tile_rows);
   check_launch("split combine kernel launch");

@@ -62,17 +62,12 @@ struct KeepBits {
     for (int w = 0; w < kWords; ++w) all = all && word[w] == ~0u;
     return all;
   }
-  // ORs `bits` (bit k: column k) into row r; r may vary at run time, the
-  // words stay in registers.
+  // ORs `bits` (bit k: column k) into row r.
   __device__ __forceinline__ void add_row(int r, uint32_t bits) {
     const uint32_t placed = (bits & kRowMask) << ((r % kRowsPerWord) * kRowBits);
 #pragma unroll
     for (int w = 0; w < kWords; ++w)
       if (w == r / kRowsPerWord) word[w] |= placed;
-  }
-  __device__ __forceinline__ void remove(const KeepBits& other) {
-#pragma unroll
-    for (int w = 0; w < kWords; ++w) word[w] &= ~other.word[w];
   }
   __device__ __forceinline__ bool keeps(int a, int half, int n, int c) const {
     const int r = 2 * a + half;
@@ -176,19 +171,21 @@ __device__ __forceinline__ int opaque(int x) {
   return y;
 }
 
-// The keep bits of a tile: all on a full tile without exclusion; else each
-// lane evaluates one row and 64-key segment of its warp's rows
-// (lane_keep_word: lanes ascend over the rows, then the segments; with fewer
-// than 32 of them, the upper lanes repeat the lower ones) and each thread
-// gathers its rows' columns from the lanes holding them (two shuffles per
-// row and segment), so the predicate runs once per row and segment rather
-// than once in each of the four threads sharing a row. Exclusions of a
-// dilated split: the rest's on partial tiles, the permuted pass's on every
-// tile. The lane and warp indices pass through `opaque` first: hoisted out
-// of the tile loop, the shuffle sources and row offsets derived from them
-// stayed live through the full tiles too (9 more registers at the sm90 loop
-// head; same-run H100 A/B: dense -1.8% on sm80, window and streaming without
-// the 3% they gain otherwise).
+// The keep bits of a tile: all on a full tile without exclusion; else each lane
+// evaluates one row and 64-key segment of its warp's rows (lane_keep_word:
+// lanes ascend over the rows, then the segments; with fewer than 32 of them,
+// the upper lanes repeat the lower ones) and each thread gathers its rows'
+// columns from the lanes holding them (two shuffles per row and segment), so
+// the predicate runs once per row and segment rather than once in each of the
+// four threads sharing a row (at D = 256, where the upper 16 lanes repeat the
+// lower ones, a pattern without a span form tests up to 64 keys per lane one by
+// one, against 32 per thread before). Exclusions of a dilated split: the rest's
+// on partial tiles, the permuted pass's on every tile. The lane and warp
+// indices pass through `opaque` first: hoisted out of the tile loop, the
+// shuffle sources and row offsets derived from them stayed live through the
+// full tiles too (9 more registers at the sm90 loop head; same-run H100 A/B:
+// dense -1.7% on sm80, window and streaming without the 3% they gain
+// otherwise).
 template <typename Tr>
 __device__ __forceinline__ KeepBits<Tr> tile_keep_bits(const FwdParams& p, const PatternExpr& expr,
                                                        const TileWalk& tile, bool full, const SequenceSpan& seq,

@@ -198,7 +198,6 @@ __device__ __forceinline__ KeepBits<Tr> tile_keep_bits(const FwdParams& p, const
   lane = opaque(lane);
   warp = opaque(warp);
   const uint64_t word = lane_keep_word<Tr>(p, expr, tile, full, excluding, seq, h, q0, k0, warp, lane);
-  const uint32_t low = static_cast<uint32_t>(word), high = static_cast<uint32_t>(word >> 32);
   const int first_col = (lane & 3) * 2;
   KeepBits<Tr> keep = KeepBits<Tr>::none();
 #pragma unroll
@@ -207,8 +206,7 @@ __device__ __forceinline__ KeepBits<Tr> tile_keep_bits(const FwdParams& p, const
     uint32_t bits = 0;
 #pragma unroll
     for (int segment = 0; segment < kSegments; ++segment) {
-      const int from = row + segment * Tr::kWarpRows;
-      const uint64_t keys = uint64_t{__shfl_sync(0xffffffffu, high, from)} << 32 | __shfl_sync(0xffffffffu, low, from);
+      const uint64_t keys = __shfl_sync(0xffffffffu, word, row + segment * Tr::kWarpRows);
       bits |= thread_columns(keys, first_col) << (16 * segment);
     }
     keep.add_row(r, bits);

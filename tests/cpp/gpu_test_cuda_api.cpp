@@ -57,18 +57,54 @@ bool plan_allows(const BlockMask& mask, const HostTilePlan& plan, TileShape tile
   return false;
 }
 
+int64_t item_length(const HostTilePlan& plan, int32_t n) {
+  const cuda_detail::WorkItem& item = plan.items[static_cast<size_t>(n)];
+  return item.end - item.begin;
+}
+
+// Each band's items are longer than 2/3 of the band's longest, and the next
+// band's longest is no longer than that; empty items (rows without a kept
+// block) share the last band; the bands end at the item count. Within a band
+// the items go mask head by mask head, the longest first in each.
+void expect_length_bands(const HostTilePlan& plan, int64_t num_q_tiles) {
+  ASSERT_GE(plan.band_first.size(), 2u);
+  EXPECT_EQ(plan.band_first.front(), 0);
+  EXPECT_EQ(plan.band_first.back(), static_cast<int32_t>(plan.items.size()));
+  int64_t longest_before = -1;
+  for (size_t k = 0; k + 1 < plan.band_first.size(); ++k) {
+    const int32_t first = plan.band_first[k], end = plan.band_first[k + 1];
+    ASSERT_LT(first, end);
+    int64_t longest = 0;
+    for (int32_t n = first; n < end; ++n) longest = std::max(longest, item_length(plan, n));
+    if (k == 0) {
+      EXPECT_EQ(longest, plan.max_item_entries);
+    }
+    if (longest_before >= 0) {
+      EXPECT_GT(longest_before, 0) << "band " << k << ": an empty band before it";
+      EXPECT_LE(3 * longest, 2 * longest_before) << "band " << k;
+    }
+    for (int32_t n = first; n < end; ++n) {
+      EXPECT_TRUE(3 * item_length(plan, n) > 2 * longest || longest == 0) << "item " << n;
+      if (n == first) continue;
+      const int64_t head = plan.items[static_cast<size_t>(n)].row / num_q_tiles;
+      const int64_t head_before = plan.items[static_cast<size_t>(n) - 1].row / num_q_tiles;
+      EXPECT_GE(head, head_before) << "item " << n;
+      if (head == head_before) {
+        EXPECT_GE(item_length(plan, n - 1), item_length(plan, n)) << "item " << n;
+      }
+    }
+    longest_before = longest;
+  }
+}
+
 // Work items: each row's entries covered exactly once, in order; split rows'
-// pieces in consecutive slots; items sorted by work, most first.
+// pieces in consecutive slots; items in length bands (expect_length_bands).
 void expect_items_cover_every_row_once(const BlockMask& mask, const HostTilePlan& plan, TileShape tile) {
   const int64_t num_q_tiles = (mask.q_len() + tile.rows - 1) / tile.rows;
   const int64_t rows = mask.num_heads() * num_q_tiles;
+  expect_length_bands(plan, num_q_tiles);
   std::vector<std::vector<cuda_detail::WorkItem>> by_row(static_cast<size_t>(rows));
-  for (size_t n = 0; n < plan.items.size(); ++n) {
-    by_row.at(static_cast<size_t>(plan.items[n].row)).push_back(plan.items[n]);
-    if (n > 0) {
-      EXPECT_GE(plan.items[n - 1].end - plan.items[n - 1].begin, plan.items[n].end - plan.items[n].begin);
-    }
-  }
+  for (const cuda_detail::WorkItem& item : plan.items) by_row.at(static_cast<size_t>(item.row)).push_back(item);
   const std::vector<int64_t>& offsets = plan.derived ? plan.row_offsets : mask.row_offsets();
   int64_t split = 0;
   for (int64_t r = 0; r < rows; ++r) {
@@ -101,40 +137,27 @@ TEST(CudaTilePlan, SplitsRowsFarLongerThanTheAverage) {
   expect_items_cover_every_row_once(mask, plan, TileShape{128, 64});
 }
 
-// Each band starts at the first item no longer than 2/3 of the previous
-// band's first; empty items (rows without a kept block) share the last band;
-// the bands end at the item count.
-void expect_length_bands(const HostTilePlan& plan) {
-  ASSERT_GE(plan.band_first.size(), 2u);
-  EXPECT_EQ(plan.band_first.front(), 0);
-  EXPECT_EQ(plan.band_first.back(), static_cast<int32_t>(plan.items.size()));
-  const auto length = [&](int32_t n) {
-    const cuda_detail::WorkItem& item = plan.items[static_cast<size_t>(n)];
-    return item.end - item.begin;
-  };
-  for (size_t k = 0; k + 1 < plan.band_first.size(); ++k) {
-    const int32_t first = plan.band_first[k], end = plan.band_first[k + 1];
-    ASSERT_LT(first, end);
-    for (int32_t n = first; n < end; ++n)
-      EXPECT_TRUE(3 * length(n) > 2 * length(first) || length(first) == 0) << "item " << n;
-    if (end < static_cast<int32_t>(plan.items.size())) {
-      EXPECT_LE(3 * length(end), 2 * length(first));
-      EXPECT_GT(length(first), 0);  // an empty first item would be the last band
-    }
-  }
-}
-
 TEST(CudaTilePlan, LengthBandsCoverTheItemsInOrder) {
   // Causal rows of 1..47 tiles.
   const HostTilePlan causal = cuda_detail::make_tile_plan(
       BlockMask::build(Pattern::causal(), MaskShape{6000, 6000, 128, 128, 2}), TileShape{128, 128});
-  expect_length_bands(causal);
+  expect_length_bands(causal, 47);
   EXPECT_EQ(causal.band_first.size(), 10u);  // bands start at rows of 47, 31, 20, 13, 8, 5, 3, 2, 1 tiles
   // More queries than keys: 96 of 128 causal rows have no key at all.
   const HostTilePlan empty_rows = cuda_detail::make_tile_plan(
       BlockMask::build(Pattern::causal(), MaskShape{16384, 4096, 128, 128, 1}), TileShape{128, 128});
-  expect_length_bands(empty_rows);
+  expect_length_bands(empty_rows, 128);
   EXPECT_EQ(empty_rows.band_first.end()[-2], 32);  // the empty rows: one band after the 32 others
+  // A per-head mix: causal heads and sliding-window heads, whose rows share
+  // the bands of the causal rows of their length.
+  const Pattern mix = Pattern::per_head({Pattern::causal(), Pattern::causal(), Pattern::sliding_window(512)});
+  const BlockMask mixed = BlockMask::build(mix, MaskShape{4096, 4096, 128, 128, 3});
+  const HostTilePlan mixed_plan = cuda_detail::make_tile_plan(mixed, TileShape{128, 128});
+  expect_items_cover_every_row_once(mixed, mixed_plan, TileShape{128, 128});
+  ASSERT_EQ(mixed.num_heads(), 3);
+  EXPECT_TRUE(mixed_plan.split_rows.empty());
+  EXPECT_EQ(mixed_plan.items[0].row, 31);  // the first band: rows of 32..22 tiles of head 0, then of head 1
+  EXPECT_EQ(mixed_plan.items[11].row, 32 + 31);
 }
 
 // Every unit number below the count names one (item, copy), each exactly

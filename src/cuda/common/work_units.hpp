@@ -23,9 +23,10 @@ enum class UnitOrder : int32_t { kItemMajor, kCopyMajor, kCopyMajorBanded };
 // The grid's units are the plan's items times `copies` = batch x heads per
 // mask head. Item-major (unit = item x copies + copy) starts the longest
 // items of every head first. Copy-major runs the items copy by copy (head by
-// head for a mask shared by the heads; a per-head mask's items already hold
-// the head), longest first, so the CTAs running at one time mostly read the
-// same head's keys and values and find them in L2 (same-run A/B on an H100,
+// head for a mask shared by the heads; a per-head mask's items hold the head
+// and go head by head within each length band of the plan), longest first
+// to within a band, so the CTAs running at one time mostly read the same
+// head's keys and values and find them in L2 (same-run A/B on an H100,
 // 32K, H = 16, D = 128, against item-major, sm90 kernel: random blocks 438
 // -> 569, BigBird 339 -> 382, dense 597 -> 626 TFLOP/s; sm80 kernel: dense
 // 315 -> 332, random 282 -> 306, window 254 -> 264). Banded copy-major does so

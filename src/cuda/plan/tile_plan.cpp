@@ -112,7 +112,8 @@ void derive(const BlockMask& mask, TileShape tile, HostTilePlan& plan) {
 }
 
 // One item per row, rows far longer than the average split into pieces of
-// about twice the average (at least kMinSplitTiles tiles), sorted by work.
+// about twice the average (at least kMinSplitTiles tiles), ordered by length
+// band (most work first), then mask head.
 void split_and_order(const BlockMask& mask, TileShape tile, HostTilePlan& plan) {
   const std::vector<int64_t> work = row_work(mask, tile, plan);
   const int64_t tiles_per_entry = plan.derived ? 1 : mask.block_k() / tile.cols;
@@ -141,6 +142,7 @@ void split_and_order(const BlockMask& mask, TileShape tile, HostTilePlan& plan) 
   std::stable_sort(plan.items.begin(), plan.items.end(),
                    [](const WorkItem& a, const WorkItem& b) { return a.end - a.begin > b.end - b.begin; });
   const auto length = [&](size_t n) { return plan.items[n].end - plan.items[n].begin; };
+  plan.max_item_entries = plan.items.empty() ? 0 : length(0);
   for (size_t n = 0; n < plan.items.size(); ++n) {
     const int64_t band_length = plan.band_first.empty() ? 0 : length(static_cast<size_t>(plan.band_first.back()));
     if (plan.band_first.empty() || (band_length > 0 && 3 * length(n) <= 2 * band_length))
@@ -148,7 +150,12 @@ void split_and_order(const BlockMask& mask, TileShape tile, HostTilePlan& plan) 
     plan.total_item_entries += length(n);
   }
   plan.band_first.push_back(static_cast<int32_t>(plan.items.size()));
-  plan.max_item_entries = plan.items.empty() ? 0 : length(0);
+  // Within a band, one mask head after another (longest first within the
+  // head): the items running at one time then read few heads' keys and values.
+  const auto mask_head = [num_q_tiles](const WorkItem& item) { return item.row / num_q_tiles; };
+  for (size_t k = 0; k + 1 < plan.band_first.size(); ++k)
+    std::stable_sort(plan.items.begin() + plan.band_first[k], plan.items.begin() + plan.band_first[k + 1],
+                     [&](const WorkItem& a, const WorkItem& b) { return mask_head(a) < mask_head(b); });
 }
 
 int64_t sub_blocks_per_tile(const BlockMask& mask, TileShape tile) {

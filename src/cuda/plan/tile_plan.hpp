@@ -16,8 +16,9 @@
 // except that a row visiting far more key tiles than the average (BigBird or
 // Longformer global rows, per-head mixes) is split into pieces of about
 // twice the average, each writing a partial result (normalised O and LSE in
-// fp32) that a combine step merges. Items are sorted by work, most first, so a
-// grid launched in that order starts the longest pieces first.
+// fp32) that a combine step merges. Items are ordered by work in length
+// bands, most first, so a grid launched in that order starts the longest
+// pieces first; within a band they go mask head by mask head.
 #pragma once
 
 #include <cstdint>
@@ -67,15 +68,18 @@ struct HostTilePlan {
   std::vector<uint64_t> sub_present;  // per entry, derived plans only
   std::vector<uint64_t> sub_full;
   SubBlockGrid sub;
-  std::vector<WorkItem> items;  // most key tiles first
+  std::vector<WorkItem> items;  // by length band, then mask head, then most key tiles first
   // Length bands of `items`: band k is items [band_first[k], band_first[k + 1]),
-  // each item longer than 2/3 of the band's first (empty items, rows without
-  // a kept block, share one last band); the last entry is items.size(). A
-  // persistent grid that runs each band head by head keeps both its
+  // each item longer than 2/3 of the band's longest, which is no longer than
+  // 2/3 of the band before's longest (empty items, rows without a kept block,
+  // share one last band); the last entry is items.size(). Within a band the
+  // items go mask head by mask head, so that the CTAs running at one time
+  // read few heads' keys and values (a per-head mask's items hold its heads).
+  // A persistent grid that runs each band copy by copy keeps both its
   // longest-first order and, within a band, one head's keys and values
   // shared in L2 (common/work_units.hpp).
   std::vector<int32_t> band_first;
-  int64_t max_item_entries = 0;    // the longest item's entries (items[0])
+  int64_t max_item_entries = 0;    // the longest item's entries
   int64_t total_item_entries = 0;  // all items' entries
   std::vector<SplitRow> split_rows;
   int32_t num_slots = 0;

@@ -19,6 +19,7 @@
 # bench stage, default 128), PROFILE_CASE (of the profile stage, default dense),
 # PROFILE_SKIP (kernel launches of that case skipped before the profiled one,
 # default 1: a dilated case's launches are rest pass, permuted pass, ...),
+# PROFILE_SHAPE (seq x heads x head dim of the profile stage, default 16384x16x128),
 # SHAPES (bench and peer shapes, default 32768x16,131072x8), WHEELS (folder of the
 # Python build backend's wheels for machines without PyPI, default .whl).
 # Where GoogleTest is not
@@ -138,14 +139,18 @@ if want profile; then
   # Stall reasons, pipe use and the hottest SASS instructions of the fused
   # kernel on a dense problem (PROFILE_CASE, default dense; its launch
   # PROFILE_SKIP + 1).
+  IFS=x read -r profile_seq profile_heads profile_head_dim <<< "${PROFILE_SHAPE:-16384x16x128}"
   step profile profile.log ncu --kernel-name regex:fwd_sm --launch-skip "${PROFILE_SKIP:-1}" --launch-count 1 \
     --section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis --section Occupancy \
-    --section SourceCounters --import-source no -o "$LOG/profile" -f \
-    "$BUILD/bench/spattn_cuda_bench" --cases "${PROFILE_CASE:-dense}" --seq 16384 --heads 16 --head-dim 128 \
-    --repeats 1
+    --section InstructionStats --section SchedulerStats --section SourceCounters --import-source no \
+    -o "$LOG/profile" -f "$BUILD/bench/spattn_cuda_bench" --cases "${PROFILE_CASE:-dense}" --seq "$profile_seq" \
+    --heads "$profile_heads" --head-dim "$profile_head_dim" --repeats 1
   if [ -f "$LOG/profile.ncu-rep" ]; then
     step "profile details" profile_details.log ncu --import "$LOG/profile.ncu-rep" &&
       grep -E "Stall|Throughput|Pipe|Issue|Occupancy|Registers" "$LOG/profile_details.log" | head -40
+    # Each pipe's share of its peak (the ComputeWorkloadAnalysis chart), from the raw metrics.
+    step "profile pipes" profile_raw.csv ncu --import "$LOG/profile.ncu-rep" --page raw --csv &&
+      python3 bench/ncu_pipes.py "$LOG/profile_raw.csv"
     step "profile source" profile_source.log sh -c "ncu --import '$LOG/profile.ncu-rep' --page source --csv \
       --print-source sass > '$LOG/profile_sass.csv'" &&
       step "profile hotspots" profile_hotspots.log python3 bench/ncu_hotspots.py "$LOG/profile_sass.csv" --top 40 &&

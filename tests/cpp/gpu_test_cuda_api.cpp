@@ -160,6 +160,27 @@ TEST(CudaTilePlan, LengthBandsCoverTheItemsInOrder) {
   EXPECT_EQ(mixed_plan.items[11].row, 32 + 31);
 }
 
+// WorkItem::all_full: at least two key tiles below the mask's key length,
+// every one full.
+TEST(CudaTilePlan, ItemsKnowWhetherEveryTileIsFull) {
+  const auto flags = [](const Pattern& pattern, int64_t q_len, int64_t k_len, int64_t block_k) {
+    const HostTilePlan plan = cuda_detail::make_tile_plan(
+        BlockMask::build(pattern, MaskShape{q_len, k_len, 128, block_k, 1}), TileShape{128, 128});
+    std::vector<int32_t> all_full;
+    for (const cuda_detail::WorkItem& item : plan.items) all_full.push_back(item.all_full);
+    return all_full;
+  };
+  EXPECT_EQ(flags(Pattern::dense(), 300, 1000, 128), std::vector<int32_t>(3, 1));
+  EXPECT_EQ(flags(Pattern::dense(), 300, 100, 128), std::vector<int32_t>(3, 0));  // one key tile
+  EXPECT_EQ(flags(Pattern::causal(), 1000, 1000, 128), std::vector<int32_t>(8, 0));  // partial diagonals
+  // 256-key blocks over 128-key tiles: 300 keys make three tiles, 100 keys one.
+  EXPECT_EQ(flags(Pattern::dense(), 128, 300, 256), std::vector<int32_t>(1, 1));
+  EXPECT_EQ(flags(Pattern::dense(), 128, 100, 256), std::vector<int32_t>(1, 0));
+  // Blocks smaller than the tile: a derived plan's tiles are full where all their blocks are.
+  EXPECT_EQ(flags(Pattern::dense(), 128, 512, 64), std::vector<int32_t>(1, 1));
+  EXPECT_EQ(flags(Pattern::block_diagonal(64), 128, 128, 64), std::vector<int32_t>(1, 0));
+}
+
 // Every unit number below the count names one (item, copy), each exactly
 // once; copy-major units run band after band, copy after copy inside one.
 void expect_units_cover_items_and_copies(const HostTilePlan& plan, int64_t batch, int64_t q_heads,

@@ -307,6 +307,12 @@ TEST(GpuSanitizerSm90, EachKernelPath) {
   expect_matches_reference(pr, 4);
   pr.head_dim = 256;  // the narrow tile
   expect_matches_reference(pr, 5);
+  pr = GpuProblem{};  // D = 64, every tile full: two score tiles (consume_unit_two_scores), a ragged last tile
+  pr.pattern = Pattern::dense();
+  pr.q_len = 200;
+  pr.k_len = 700;
+  pr.head_dim = 64;
+  expect_matches_reference(pr, 6);
 }
 
 // Host-only: runs without a device too.

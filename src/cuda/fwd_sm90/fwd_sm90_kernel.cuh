@@ -24,7 +24,8 @@
 //                                         transposed from shared memory)
 //     free stage n
 //   with P(n-1) V(n-1) running on the tensor cores during the softmax of
-//   tile n (consume_unit).
+//   tile n (consume_unit); at head dims up to 64, a unit whose tiles are all
+//   full also has S(n+1) running then (consume_unit_two_scores).
 //   then O / l and the LSE (or a split row's partial result) are written;
 //   in the permuted pass of a dilated split (FwdParams::merge_into_out),
 //   merged into the rest pass's rows of out and the LSE.
@@ -301,6 +302,22 @@ __device__ __forceinline__ void issue_pv(float (&o)[1][Tr::kDAtoms][4], const ui
   wgmma_commit();
 }
 
+// A unit's rows once its last tile is done: O / l and the LSE into out (in a
+// dilated split's permuted pass merged with the rows there), or a split
+// row's piece into its partial-result slot.
+template <typename Tr>
+__device__ __forceinline__ void write_unit_result(const FwdParams& p, float (&o)[1][Tr::kDAtoms][4],
+                                                  float (&m)[1][2], float (&l)[1][2], const SequenceSpan& seq,
+                                                  const Sm90Work& w, uint32_t copies, int64_t q0, int warp,
+                                                  int lane) {
+  if (w.item.slot < 0 && p.merge_into_out)
+    write_output<Tr, true>(p, o, m, l, seq, w.h, q0, warp, lane);
+  else if (w.item.slot < 0)
+    write_output<Tr>(p, o, m, l, seq, w.h, q0, warp, lane);
+  else
+    write_partial<Tr>(p, o, m, l, (w.item.slot * static_cast<int64_t>(copies) + w.copy) * Tr::kBlockM, warp, lane);
+}
+
 // One work unit of a consumer warpgroup. Per tile n the products are issued
 // as
 //   S(n) = Q K(n)^T; O += P(n-1) V(n-1); wait S(n); mask, softmax of S(n)
@@ -403,12 +420,168 @@ __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<
     wgmma_fence_operands(o);
     mbarrier_arrive(sm.v_free(previous.stage));
   }
-  if (w.item.slot < 0 && p.merge_into_out)
-    write_output<Tr, true>(p, o, m, l, seq, w.h, q0, warp, lane);
-  else if (w.item.slot < 0)
-    write_output<Tr>(p, o, m, l, seq, w.h, q0, warp, lane);
-  else
-    write_partial<Tr>(p, o, m, l, (w.item.slot * static_cast<int64_t>(copies) + w.copy) * Tr::kBlockM, warp, lane);
+  write_unit_result<Tr>(p, o, m, l, seq, w, copies, q0, warp, lane);
+}
+
+// One kept key tile as the consumers steer by it: its place in the walk and
+// its first key (warp-uniform, broadcast from lane 0), or none past the
+// walk's end.
+struct SteeringTile {
+  TileWalk walk;
+  int64_t k0 = 0;
+  bool valid = false;
+  // The first tile of `walk`, or the one after `before` (reads the plan from global memory).
+  __device__ __forceinline__ static SteeringTile first(const TileWalk& walk, const DeviceTilePlanView& plan,
+                                                       int64_t tiles_per_block, int64_t block_n, int64_t k_len) {
+    SteeringTile t;
+    t.walk = walk;
+    t.valid = warp_uniform(static_cast<int>(t.walk.valid(plan, tiles_per_block, block_n, k_len)));
+    if (t.valid) t.k0 = warp_uniform(t.walk.key_tile(plan, tiles_per_block)) * block_n;
+    return t;
+  }
+  __device__ __forceinline__ static SteeringTile after(const TileWalk& before, const DeviceTilePlanView& plan,
+                                                       int64_t tiles_per_block, int64_t block_n, int64_t k_len) {
+    TileWalk walk = before;
+    walk.advance(tiles_per_block);
+    return first(walk, plan, tiles_per_block, block_n, k_len);
+  }
+};
+
+// Whether a unit runs on consume_unit_two_scores: an item of at least two
+// tiles, every one full (WorkItem::all_full, from the plan), in a launch
+// without exclusions or varlen sequences (whose key walk may stop early).
+__device__ __forceinline__ bool runs_two_scores(const FwdParams& p, const Sm90Work& w) {
+  return w.item.all_full != 0 && p.exclude.kind == Exclusion::None && p.varlen.cu_seqlens_q == nullptr;
+}
+
+// One work unit of a consumer warpgroup at head dims up to 64, where the
+// exponentials of a tile take as long as its products, for a unit whose
+// tiles are all full (runs_two_scores): two score tiles live in registers, so
+// that while the softmax of tile n runs, the tensor cores hold
+// S(n+1) = Q K(n+1)^T beside P(n-1) V(n-1), and so have work queued from both
+// warpgroups while either runs its softmax. Per tile n (S(n) done):
+//   O += P(n-1) V(n-1); S(n+1) = Q K(n+1)^T; mask (key bounds), softmax of
+//   S(n); wait both; free V(n-1) and K(n+1); O *= correction(n); P(n) = S(n)
+// Every step issues the same products and ends with none running: ptxas
+// serialises every wgmma where it cannot tell which products run when a
+// product's registers are read or written (so partial tiles, whose keep bits
+// would also spill beside two score tiles, stay on consume_unit). Stages in
+// use at once: n-1 (V), n, n+1 (K).
+template <typename Tr>
+__device__ __forceinline__ void consume_unit_two_scores(const FwdParams& p, const Sm90Smem<Tr>& sm,
+                                                        const Sm90Descriptors<Tr>& desc, const Sm90Work& w,
+                                                        uint32_t copies, RingSlot<Tr::kStages>& slot,
+                                                        uint32_t& q_parity, const IssueOrder& schedule, int warp,
+                                                        int lane) {
+  static_assert(Tr::kStages >= 3, "tiles n - 1, n and n + 1 hold a stage each");
+  const DeviceTilePlanView& plan = p.plan;
+  const int64_t tiles_per_block = plan.blocks.block_k / Tr::kBlockN;
+  const SequenceSpan seq = sequence_span(p, w.b);
+  const int64_t q0 = w.row0 - seq.mask_row_offset;
+  float o[1][Tr::kDAtoms][4];
+  float m[1][2] = {{kNegInf, kNegInf}}, l[1][2] = {{0.0f, 0.0f}};
+#pragma unroll
+  for (int d = 0; d < Tr::kDAtoms; ++d)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) o[0][d][c] = 0.0f;
+  const KeepBits<Tr> keep = KeepBits<Tr>::all();
+  float s_a[1][Tr::kNAtoms][4], s_b[1][Tr::kNAtoms][4];
+  uint32_t pa[Tr::kBlockN / 16][4];
+
+  SteeringTile now = SteeringTile::first(TileWalk::entries(w.item.begin, w.item.end), plan, tiles_per_block,
+                                         Tr::kBlockN, seq.k_len);
+  SteeringTile next = SteeringTile::after(now.walk, plan, tiles_per_block, Tr::kBlockN, seq.k_len);
+  mbarrier_wait(sm.q_full(), q_parity);
+  q_parity ^= 1u;
+  mbarrier_wait(sm.k_full(slot.stage), slot.parity);
+  schedule.wait_turn();
+  issue_qk<Tr>(s_a, desc.q, desc.k(slot.stage));
+  schedule.pass_turn();
+  wgmma_wait<0>();
+  wgmma_fence_operands(s_a);
+  mbarrier_arrive(sm.k_free(slot.stage));
+  RingSlot<Tr::kStages> previous = slot;  // the stage of P(n-1)'s V
+  slot.advance();
+  // Tile 0 (runs_two_scores: a tile 1 follows): S(1) runs during its softmax.
+  {
+    const SteeringTile after = SteeringTile::after(next.walk, plan, tiles_per_block, Tr::kBlockN, seq.k_len);
+    mbarrier_wait(sm.k_full(slot.stage), slot.parity);
+    schedule.wait_turn();
+    issue_qk<Tr>(s_b, desc.q, desc.k(slot.stage));
+    schedule.pass_turn();
+    mask_scores<Tr>(s_a, true, keep, now.k0, seq.k_len, lane);
+    softmax_update<Tr>(s_a, o, m, l, p.scale_log2);
+    wgmma_wait<0>();
+    wgmma_fence_operands(s_b);
+    mbarrier_arrive(sm.k_free(slot.stage));
+    if (!after.valid) mbarrier_arrive(sm.q_free());  // this unit's last read of Q is done
+    pack_p<Tr>(s_a, pa);
+    now = next;
+    next = after;
+  }
+  // Tile n, with S(n) done in s_now and a tile n + 1 after it, whose S goes to s_next.
+  const auto step = [&](float(&s_now)[1][Tr::kNAtoms][4], float(&s_next)[1][Tr::kNAtoms][4]) {
+    const SteeringTile after = SteeringTile::after(next.walk, plan, tiles_per_block, Tr::kBlockN, seq.k_len);
+    RingSlot<Tr::kStages> next_slot = slot;
+    next_slot.advance();
+    mbarrier_wait(sm.v_full(previous.stage), previous.parity);
+    mbarrier_wait(sm.k_full(next_slot.stage), next_slot.parity);
+    schedule.wait_turn();
+    issue_pv<Tr>(o, pa, desc.v(previous.stage));
+    issue_qk<Tr>(s_next, desc.q, desc.k(next_slot.stage));
+    schedule.pass_turn();
+    mask_scores<Tr>(s_now, true, keep, now.k0, seq.k_len, lane);
+    float correction[1][2];
+    const bool max_moved = softmax_scores<Tr>(s_now, m, l, p.scale_log2, correction);
+    wgmma_wait<0>();
+    wgmma_fence_operands(o);
+    wgmma_fence_operands(s_next);
+    mbarrier_arrive(sm.v_free(previous.stage));
+    mbarrier_arrive(sm.k_free(next_slot.stage));
+    if (!after.valid) mbarrier_arrive(sm.q_free());
+    if (max_moved) rescale_output<Tr>(o, correction);
+    pack_p<Tr>(s_now, pa);
+    previous = slot;
+    slot = next_slot;
+    now = next;
+    next = after;
+  };
+  // The unit's last tile n, with S(n) done in s_now: its softmax beside P(n-1) V(n-1), then P(n) V(n).
+  const auto last = [&](float(&s_now)[1][Tr::kNAtoms][4]) {
+    mbarrier_wait(sm.v_full(previous.stage), previous.parity);
+    schedule.wait_turn();
+    issue_pv<Tr>(o, pa, desc.v(previous.stage));
+    schedule.pass_turn();
+    mask_scores<Tr>(s_now, true, keep, now.k0, seq.k_len, lane);
+    float correction[1][2];
+    const bool max_moved = softmax_scores<Tr>(s_now, m, l, p.scale_log2, correction);
+    wgmma_wait<0>();
+    wgmma_fence_operands(o);
+    mbarrier_arrive(sm.v_free(previous.stage));
+    if (max_moved) rescale_output<Tr>(o, correction);
+    pack_p<Tr>(s_now, pa);
+    mbarrier_wait(sm.v_full(slot.stage), slot.parity);
+    schedule.wait_turn();
+    issue_pv<Tr>(o, pa, desc.v(slot.stage));
+    schedule.pass_turn();
+    wgmma_wait<0>();
+    wgmma_fence_operands(o);
+    mbarrier_arrive(sm.v_free(slot.stage));
+    slot.advance();
+  };
+  for (;;) {
+    if (!next.valid) {
+      last(s_b);
+      break;
+    }
+    step(s_b, s_a);
+    if (!next.valid) {
+      last(s_a);
+      break;
+    }
+    step(s_a, s_b);
+  }
+  write_unit_result<Tr>(p, o, m, l, seq, w, copies, q0, warp, lane);
 }
 
 template <typename Tr>
@@ -421,9 +594,16 @@ __device__ __forceinline__ void consume(const FwdParams& p, const Sm90Smem<Tr>& 
   const IssueOrder schedule{group};
   schedule.start();
   UnitRing<Tr> ring;
-  for (UnitPlace place = ring.take(sm); place.item != kNoItem; place = ring.take(sm))
-    consume_unit<Tr>(p, sm, desc, Sm90Work::at(p, units, place, Tr::kBlockM), units.copies, slot, q_parity, schedule,
-                     warp, lane);
+  for (UnitPlace place = ring.take(sm); place.item != kNoItem; place = ring.take(sm)) {
+    const Sm90Work w = Sm90Work::at(p, units, place, Tr::kBlockM);
+    if constexpr (Tr::kTwoScoreTiles) {
+      if (runs_two_scores(p, w)) {
+        consume_unit_two_scores<Tr>(p, sm, desc, w, units.copies, slot, q_parity, schedule, warp, lane);
+        continue;
+      }
+    }
+    consume_unit<Tr>(p, sm, desc, w, units.copies, slot, q_parity, schedule, warp, lane);
+  }
 }
 
 template <typename Tr>

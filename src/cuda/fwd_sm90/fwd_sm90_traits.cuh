@@ -37,6 +37,10 @@ struct Sm90Traits {
   static constexpr int kNAtoms = kBlockN / 8;
   static constexpr int kDAtoms = kHeadDim / 8;
   static constexpr int kStages = kHeadDim <= 64 ? 5 : 2;  // D = 128: 3 stages ran 0.4-1.9% slower (same-run A/B)
+  // Two score tiles in registers for units whose tiles are all full
+  // (consume_unit_two_scores) where the exponentials of a tile take as long
+  // as its products; at D = 128 the second tile does not fit beside O.
+  static constexpr bool kTwoScoreTiles = kHeadDim <= 64;
   static constexpr int kExp2PolyEvery = kHeadDim <= 64 ? 8 : 0;  // online_softmax.cuh: helps at D = 64 only
   // Registers per thread after setmaxnreg, within the CTA's pool of 384 x 168
   // (the launch bound's count; a larger total would leave setmaxnreg waiting

@@ -122,6 +122,17 @@ void split_and_order(const BlockMask& mask, TileShape tile, HostTilePlan& plan) 
   const int64_t total = std::accumulate(work.begin(), work.end(), int64_t{0});
   const int64_t piece_tiles = std::max(kMinSplitTiles, 2 * ceil_div(total, static_cast<int64_t>(work.size())));
   const int64_t piece_entries = ceil_div(piece_tiles, tiles_per_entry);
+  const std::vector<uint8_t>& full = plan.derived ? plan.kv_full : mask.kv_full();
+  const std::vector<int32_t>& indices = plan.derived ? plan.kv_indices : mask.kv_indices();
+  const int64_t num_k_tiles = ceil_div(mask.k_len(), tile.cols);
+  const auto all_full = [&](int64_t begin, int64_t end) {
+    int64_t tiles = 0;
+    for (int64_t at = begin; at < end; ++at) {
+      if (!full[static_cast<size_t>(at)]) return 0;
+      tiles += std::min(tiles_per_entry, num_k_tiles - indices[static_cast<size_t>(at)] * tiles_per_entry);
+    }
+    return tiles >= 2 ? 1 : 0;
+  };
   for (size_t r = 0; r < work.size(); ++r) {
     const int64_t g = static_cast<int64_t>(r) / num_q_tiles, t = static_cast<int64_t>(r) % num_q_tiles;
     // The row's entries in the walked arrays (derived rows are per tile; direct
@@ -130,13 +141,13 @@ void split_and_order(const BlockMask& mask, TileShape tile, HostTilePlan& plan) 
     const int64_t begin = offsets[mask_row], end = offsets[mask_row + 1];
     const int64_t pieces = work[r] > piece_tiles ? ceil_div(end - begin, piece_entries) : 1;
     if (pieces == 1) {
-      plan.items.push_back(WorkItem{begin, end, static_cast<int32_t>(r), -1});
+      plan.items.push_back(WorkItem{begin, end, static_cast<int32_t>(r), -1, all_full(begin, end)});
       continue;
     }
     plan.split_rows.push_back(SplitRow{static_cast<int32_t>(r), plan.num_slots, static_cast<int32_t>(pieces)});
     for (int64_t n = 0; n < pieces; ++n) {
       const int64_t b = begin + n * (end - begin) / pieces, e = begin + (n + 1) * (end - begin) / pieces;
-      plan.items.push_back(WorkItem{b, e, static_cast<int32_t>(r), plan.num_slots++});
+      plan.items.push_back(WorkItem{b, e, static_cast<int32_t>(r), plan.num_slots++, all_full(b, e)});
     }
   }
   std::stable_sort(plan.items.begin(), plan.items.end(),

@@ -46,6 +46,9 @@ struct WorkItem {
   int64_t begin = 0, end = 0;
   int32_t row = 0;    // mask head * num_q_tiles + query tile
   int32_t slot = -1;  // partial-result slot of a split row; -1: writes the output itself
+  // 1: at least two key tiles (below the mask's key length), every one full
+  // (the sm90 kernel runs such items with two score tiles); 0 otherwise or unknown.
+  int32_t all_full = 0;
 };
 
 // A split row: its pieces wrote slots [first_slot, first_slot + pieces).

@@ -179,6 +179,16 @@ TEST(CudaTilePlan, ItemsKnowWhetherEveryTileIsFull) {
   // Blocks smaller than the tile: a derived plan's tiles are full where all their blocks are.
   EXPECT_EQ(flags(Pattern::dense(), 128, 512, 64), std::vector<int32_t>(1, 1));
   EXPECT_EQ(flags(Pattern::block_diagonal(64), 128, 128, 64), std::vector<int32_t>(1, 0));
+  // A per-head mix: the dense head's rows, far longer than the average, split
+  // into pieces that are all full; the window heads' rows are not.
+  const BlockMask mixed = BlockMask::build(
+      Pattern::per_head({Pattern::dense(), Pattern::sliding_window(256), Pattern::sliding_window(256),
+                         Pattern::sliding_window(256)}),
+      MaskShape{8192, 8192, 128, 128, 4});
+  const HostTilePlan plan = cuda_detail::make_tile_plan(mixed, TileShape{128, 128});
+  ASSERT_EQ(plan.split_rows.size(), 64u);
+  for (const cuda_detail::WorkItem& item : plan.items)
+    EXPECT_EQ(item.all_full, item.row < 64 ? 1 : 0) << "row " << item.row << " slot " << item.slot;
 }
 
 // Every unit number below the count names one (item, copy), each exactly

@@ -95,6 +95,33 @@ TEST_P(GpuKernels, HeadDim256) {
   expect_matches_reference(dilated, seed++);
 }
 
+// More work units than multiprocessors at D = 64, so a CTA of the sm90
+// kernel runs units of all-full tiles (two score tiles) and others one after
+// another: a dense problem; a per-head mix of a dense head, whose long rows
+// split into all-full pieces, and window heads; dense and causal heads over
+// shared kv heads.
+TEST_P(GpuKernels, ManyUnitsPerMultiprocessorAtHeadDim64) {
+  uint64_t seed = 2250;
+  GpuProblem dense;
+  dense.q_heads = dense.kv_heads = 8;
+  dense.q_len = dense.k_len = 4096;
+  expect_matches_reference(dense, seed++);
+  GpuProblem split;
+  split.pattern = Pattern::per_head(
+      {Pattern::dense(), Pattern::sliding_window(256), Pattern::sliding_window(256), Pattern::sliding_window(256)});
+  split.q_heads = split.kv_heads = 4;
+  split.q_len = split.k_len = 8192;
+  split.dtype = split.out_dtype = DType::F16;
+  expect_matches_reference(split, seed++);
+  GpuProblem mixed;
+  mixed.pattern = Pattern::per_head({Pattern::dense(), Pattern::causal(), Pattern::dense(), Pattern::causal()});
+  mixed.q_heads = 4;
+  mixed.kv_heads = 2;
+  mixed.q_len = 5000;
+  mixed.k_len = 8000;
+  expect_matches_reference(mixed, seed++);
+}
+
 TEST_P(GpuKernels, OddLengthsAndUnequalLengths) {
   uint64_t seed = 2300;
   for (int64_t L : {1, 17, 1000, 4099})

@@ -24,8 +24,9 @@
 //                                         transposed from shared memory)
 //     free stage n
 //   with P(n-1) V(n-1) running on the tensor cores during the softmax of
-//   tile n (consume_unit); at head dims up to 64, a unit whose tiles are all
-//   full also has S(n+1) running then (consume_unit_two_scores).
+//   tile n (consume_unit); at head dims up to 64, a unit of at least two
+//   tiles, all full (outside varlen batches and dilated splits), also has
+//   S(n+1) running then (consume_unit_two_scores).
 //   then O / l and the LSE (or a split row's partial result) are written;
 //   in the permuted pass of a dilated split (FwdParams::merge_into_out),
 //   merged into the rest pass's rows of out and the LSE.

@@ -303,6 +303,21 @@ __device__ __forceinline__ void issue_pv(float (&o)[1][Tr::kDAtoms][4], const ui
   wgmma_commit();
 }
 
+// A unit's last product, O += P V with V in `stage`, in this warpgroup's
+// turn, waited for; then the stage's V is free.
+template <typename Tr>
+__device__ __forceinline__ void last_pv(const Sm90Smem<Tr>& sm, const Sm90Descriptors<Tr>& desc,
+                                        const IssueOrder& schedule, const RingSlot<Tr::kStages>& stage,
+                                        float (&o)[1][Tr::kDAtoms][4], const uint32_t (&pa)[Tr::kBlockN / 16][4]) {
+  mbarrier_wait(sm.v_full(stage.stage), stage.parity);
+  schedule.wait_turn();
+  issue_pv<Tr>(o, pa, desc.v(stage.stage));
+  schedule.pass_turn();
+  wgmma_wait<0>();
+  wgmma_fence_operands(o);
+  mbarrier_arrive(sm.v_free(stage.stage));
+}
+
 // A unit's rows once its last tile is done: O / l and the LSE into out (in a
 // dilated split's permuted pass merged with the rows there), or a split
 // row's piece into its partial-result slot.
@@ -413,13 +428,7 @@ __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<
       previous = slot;
       slot.advance();
     }
-    mbarrier_wait(sm.v_full(previous.stage), previous.parity);
-    schedule.wait_turn();
-    issue_pv<Tr>(o, pa, desc.v(previous.stage));
-    schedule.pass_turn();
-    wgmma_wait<0>();
-    wgmma_fence_operands(o);
-    mbarrier_arrive(sm.v_free(previous.stage));
+    last_pv<Tr>(sm, desc, schedule, previous, o, pa);
   }
   write_unit_result<Tr>(p, o, m, l, seq, w, copies, q0, warp, lane);
 }
@@ -561,13 +570,7 @@ __device__ __forceinline__ void consume_unit_two_scores(const FwdParams& p, cons
     mbarrier_arrive(sm.v_free(previous.stage));
     if (max_moved) rescale_output<Tr>(o, correction);
     pack_p<Tr>(s_now, pa);
-    mbarrier_wait(sm.v_full(slot.stage), slot.parity);
-    schedule.wait_turn();
-    issue_pv<Tr>(o, pa, desc.v(slot.stage));
-    schedule.pass_turn();
-    wgmma_wait<0>();
-    wgmma_fence_operands(o);
-    mbarrier_arrive(sm.v_free(slot.stage));
+    last_pv<Tr>(sm, desc, schedule, slot, o, pa);
     slot.advance();
   };
   for (;;) {

@@ -303,6 +303,15 @@ __device__ __forceinline__ void issue_pv(float (&o)[1][Tr::kDAtoms][4], const ui
   wgmma_commit();
 }
 
+// O = 0 before a unit's first product.
+template <typename Tr>
+__device__ __forceinline__ void clear_output(float (&o)[1][Tr::kDAtoms][4]) {
+#pragma unroll
+  for (int d = 0; d < Tr::kDAtoms; ++d)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) o[0][d][c] = 0.0f;
+}
+
 // A unit's last product, O += P V with V in `stage`, in this warpgroup's
 // turn, waited for; then the stage's V is free.
 template <typename Tr>
@@ -353,10 +362,7 @@ __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<
   if (!seq.tile_has_rows(q0, Tr::kBlockM)) return;  // no query row of its varlen sequence (produce skips it too)
   float o[1][Tr::kDAtoms][4];
   float m[1][2] = {{kNegInf, kNegInf}}, l[1][2] = {{0.0f, 0.0f}};
-#pragma unroll
-  for (int d = 0; d < Tr::kDAtoms; ++d)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) o[0][d][c] = 0.0f;
+  clear_output<Tr>(o);
 
   TileWalk tile = TileWalk::entries(w.item.begin, w.item.end);
   if (tile.valid(plan, tiles_per_block, Tr::kBlockN, seq.k_len)) {
@@ -490,10 +496,7 @@ __device__ __forceinline__ void consume_unit_two_scores(const FwdParams& p, cons
   const int64_t q0 = w.row0 - seq.mask_row_offset;
   float o[1][Tr::kDAtoms][4];
   float m[1][2] = {{kNegInf, kNegInf}}, l[1][2] = {{0.0f, 0.0f}};
-#pragma unroll
-  for (int d = 0; d < Tr::kDAtoms; ++d)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) o[0][d][c] = 0.0f;
+  clear_output<Tr>(o);
   const KeepBits<Tr> keep = KeepBits<Tr>::all();
   float s_a[1][Tr::kNAtoms][4], s_b[1][Tr::kNAtoms][4];
   uint32_t pa[Tr::kBlockN / 16][4];

@@ -15,6 +15,8 @@
 //   wait V(n); start loading K(n+1)
 //   online softmax in fp32 with exp2: P = exp2(S * scale * log2(e) - m)
 //   O += P V(n)                              (P straight from registers)
+// A unit whose tiles are all full runs a second copy of this loop, without
+// the partial-tile code (same-run on an H100: dense +5.4% at D = 128 and 64).
 // The barrier sits before the softmax, not after it, so that the softmax and
 // the P V product run back to back between barriers and the K(n + 1) copy
 // overlaps both (about 2% on dense D = 128, with fewer spills). The next
@@ -36,6 +38,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/fwd_params.hpp"
 #include "cuda/common/online_softmax.cuh"
@@ -218,39 +221,52 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm)
     l[a][0] = l[a][1] = 0.0f;
   }
 
-  while (has_tile) {
-    const int64_t k0 = walk.key_tile(plan, tiles_per_block) * Tr::kBlockN;
-    const bool full = walk.full(plan);
-    // The next tile's index is read now so that its load latency hides behind this tile's work.
-    TileWalk next = walk;
-    next.advance(tiles_per_block);
-    has_tile = next.valid(plan, tiles_per_block, Tr::kBlockN, seq.k_len);
-    const int64_t next_k0 = has_tile ? next.key_tile(plan, tiles_per_block) * Tr::kBlockN : 0;
-    cp_async_wait<0>();
-    __syncthreads();  // K(n) (and Q, the expression) visible to all; V buffer free
-    load_tile<Tr, Tr::kBlockN>(sV, v, p.v.stride_l, k0, seq.k_len);
-    cp_async_commit();
+  // The tile loop, compiled twice: a unit whose tiles are all full (the
+  // plan's WorkItem::all_full, outside a dilated split's passes) runs a copy
+  // without the partial-tile code, so that the predicate's registers do not
+  // shape the full tiles' allocation.
+  const auto run_tiles = [&](auto may_have_partial_tiles) {
+    constexpr bool kMayHavePartialTiles = decltype(may_have_partial_tiles)::value;
+    while (has_tile) {
+      const int64_t k0 = walk.key_tile(plan, tiles_per_block) * Tr::kBlockN;
+      const bool full = !kMayHavePartialTiles || walk.full(plan);
+      // The next tile's index is read now so that its load latency hides behind this tile's work.
+      TileWalk next = walk;
+      next.advance(tiles_per_block);
+      has_tile = next.valid(plan, tiles_per_block, Tr::kBlockN, seq.k_len);
+      const int64_t next_k0 = has_tile ? next.key_tile(plan, tiles_per_block) * Tr::kBlockN : 0;
+      cp_async_wait<0>();
+      __syncthreads();  // K(n) (and Q, the expression) visible to all; V buffer free
+      load_tile<Tr, Tr::kBlockN>(sV, v, p.v.stride_l, k0, seq.k_len);
+      cp_async_commit();
 
-    // The predicate runs before S is live, so its registers do not compete with S.
-    const KeepBits<Tr> keep = tile_keep_bits<Tr>(p, expr, walk, full, seq, h, q0, k0, warp, lane);
-    float s[Tr::kMAtoms][Tr::kNAtoms][4];
+      // The predicate runs before S is live, so its registers do not compete with S.
+      const KeepBits<Tr> keep = kMayHavePartialTiles
+                                    ? tile_keep_bits<Tr>(p, expr, walk, full, seq, h, q0, k0, warp, lane)
+                                    : KeepBits<Tr>::all();
+      float s[Tr::kMAtoms][Tr::kNAtoms][4];
 #pragma unroll
-    for (int a = 0; a < Tr::kMAtoms; ++a)
+      for (int a = 0; a < Tr::kMAtoms; ++a)
 #pragma unroll
-      for (int n = 0; n < Tr::kNAtoms; ++n)
+        for (int n = 0; n < Tr::kNAtoms; ++n)
 #pragma unroll
-        for (int c = 0; c < 4; ++c) s[a][n][c] = 0.0f;
-    multiply_qk<Tr>(s, sQ, sK, warp, lane);
-    mask_scores<Tr>(s, full, keep, k0, seq.k_len, lane);
+          for (int c = 0; c < 4; ++c) s[a][n][c] = 0.0f;
+      multiply_qk<Tr>(s, sQ, sK, warp, lane);
+      mask_scores<Tr>(s, full, keep, k0, seq.k_len, lane);
 
-    cp_async_wait<0>();
-    __syncthreads();  // V(n) visible to all; every warp is done reading K(n)
-    if (has_tile) load_tile<Tr, Tr::kBlockN>(sK, k, p.k.stride_l, next_k0, seq.k_len);
-    cp_async_commit();
-    softmax_update<Tr>(s, o, m, l, p.scale_log2);
-    multiply_pv<Tr>(o, s, sV, lane);
-    walk = next;
-  }
+      cp_async_wait<0>();
+      __syncthreads();  // V(n) visible to all; every warp is done reading K(n)
+      if (has_tile) load_tile<Tr, Tr::kBlockN>(sK, k, p.k.stride_l, next_k0, seq.k_len);
+      cp_async_commit();
+      softmax_update<Tr>(s, o, m, l, p.scale_log2);
+      multiply_pv<Tr>(o, s, sV, lane);
+      walk = next;
+    }
+  };
+  if (work.all_full != 0 && p.exclude.kind == Exclusion::None)
+    run_tiles(std::false_type{});
+  else
+    run_tiles(std::true_type{});
   cp_async_wait<0>();  // a row without tiles still has its Q copy in flight
   if (work.slot < 0)
     write_output<Tr>(p, o, m, l, sequence_span(p, b), h, q0, warp, lane);

@@ -47,10 +47,8 @@ struct WorkItem {
   int32_t row = 0;    // mask head * num_q_tiles + query tile
   int32_t slot = -1;  // partial-result slot of a split row; -1: writes the output itself
   // 1: at least two key tiles (below the mask's key length), every one full
-  // (the sm80 kernel runs such items on its loop without partial-tile code,
-  // outside dilated splits; at head dims up to 64 the sm90 kernel runs them
-  // with two score tiles, outside varlen batches and dilated splits); 0
-  // otherwise or unknown.
+  // (at head dims up to 64 the sm90 kernel runs such items with two score
+  // tiles, outside varlen batches and dilated splits); 0 otherwise or unknown.
   int32_t all_full = 0;
 };
 

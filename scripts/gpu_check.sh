@@ -82,6 +82,12 @@ if want sanitize; then
       grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$LOG/sanitizer_${tool}_$suite.log" | tail -n 3
     done
   done
+  for tool in memcheck racecheck; do  # the same small problems on the sm80 kernel (both of its tiles)
+    step "sanitizer $tool (sm80 forced)" "sanitizer_sm80_$tool.log" env SPATTN_CUDA_KERNEL=sm80 \
+      compute-sanitizer --tool "$tool" --error-exitcode 1 "$BUILD/tests/gpu_test_attention" \
+      --gtest_filter='GpuSanitizerSmall.*'
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$LOG/sanitizer_sm80_$tool.log" | tail -n 3
+  done
   for tool in memcheck racecheck synccheck; do
     step "sanitizer $tool (sm90)" "sanitizer_sm90_$tool.log" compute-sanitizer --tool "$tool" --error-exitcode 1 \
       "$BUILD/tests/gpu_test_kernels" --gtest_filter='GpuSanitizerSm90.*'

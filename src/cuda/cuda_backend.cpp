@@ -99,10 +99,25 @@ bool use_sm90(const cuda_detail::FwdParams& p, const BlockMask& mask) {
                                   [&] { cuda_detail::check_tile_fit(mask, tile); });
 }
 
+// Whether the sm80 kernel runs a call on `mask` on its wide tile (fwd_sm80.hpp):
+// the mask's blocks fit it, and it is not a dilated split, whose permuted pass
+// masks every tile (same-run on an H100 at D = 64: 4-6% slower on 128-key
+// tiles). Varlen batches run dilated patterns without a split.
+bool sm80_wide_tile(const BlockMask& mask, bool dilated_splits) {
+  return cuda_detail::tile_fits(mask, cuda_detail::kSm80WideTile) &&
+         !(dilated_splits && cuda_detail::dilated_split(mask, cuda_detail::kSm80NarrowTile));
+}
+
+// The tile of the kernel that runs a call on `mask`.
+cuda_detail::TileShape call_tile(bool sm90, int64_t head_dim, const BlockMask& mask, bool dilated_splits) {
+  const bool wide = !sm90 && cuda_detail::sm80_wide_head_dim(head_dim) && sm80_wide_tile(mask, dilated_splits);
+  return cuda_detail::kernel_tile(sm90, head_dim, wide);
+}
+
 // The fused kernel with p.plan (of `tile`); split rows write partial results
 // to stream-ordered scratch (from a pool that keeps its memory: no
 // synchronisation, capturable in a graph).
-void run_fused(cuda_detail::FwdParams p, DType dtype, bool sm90, cudaStream_t s) {
+void run_fused(cuda_detail::FwdParams p, DType dtype, bool sm90, cuda_detail::TileShape tile, cudaStream_t s) {
   const auto run = [&] {
     if (sm90)
       cuda_detail::run_fwd_sm90(p, dtype, s);
@@ -110,7 +125,7 @@ void run_fused(cuda_detail::FwdParams p, DType dtype, bool sm90, cudaStream_t s)
       cuda_detail::run_fwd_sm80(p, dtype, s);
   };
   if (p.plan.num_split_rows == 0) return run();
-  const int64_t rows = cuda_detail::kernel_tile(sm90, p.head_dim).rows;
+  const int64_t rows = tile.rows;
   const int64_t o_floats = cuda_detail::partial_o_floats(p, rows);
   const int64_t lse_floats = cuda_detail::partial_lse_floats(p, rows);
   cuda_detail::ScopedScratch scratch(static_cast<size_t>(o_floats + lse_floats) * sizeof(float), s);
@@ -135,8 +150,7 @@ cuda_detail::TensorArg from_row(cuda_detail::TensorArg t, int64_t row, int64_t e
 // gathered copies, writes fp32 scratch, and a merge kernel follows. Both
 // passes run on the kernel the split was made for.
 void run_dilated_split(const cuda_detail::DilatedSplit& split, const cuda_detail::FwdParams& p, DType dtype,
-                       bool sm90, cudaStream_t s) {
-  const cuda_detail::TileShape tile = cuda_detail::kernel_tile(sm90, p.head_dim);
+                       bool sm90, cuda_detail::TileShape tile, cudaStream_t s) {
   cuda_detail::PermuteGeometry g;
   g.batch = p.batch;
   g.heads = p.q_heads;
@@ -177,7 +191,7 @@ void run_dilated_split(const cuda_detail::DilatedSplit& split, const cuda_detail
   rest.exclude = cuda_detail::rest_exclusion(split);
   perm.exclude = cuda_detail::permuted_exclusion(split, p.q_len, p.k_len,
                                                  cuda_detail::device_table(split.rest, split.full_runs, s));
-  run_fused(rest, dtype, sm90, s);
+  run_fused(rest, dtype, sm90, tile, s);
   if (in_place) {
     const int64_t q_first = split.first_position - shift;  // the query row at the first regular position
     perm.q = from_row(p.q, q_first, dtype_size(dtype));
@@ -190,7 +204,7 @@ void run_dilated_split(const cuda_detail::DilatedSplit& split, const cuda_detail
     perm.lse_stride_h = rest.lse_stride_h;
     perm.lse_stride_l = rest.lse_stride_l;
     perm.merge_into_out = true;
-    run_fused(perm, dtype, sm90, s);
+    run_fused(perm, dtype, sm90, tile, s);
     return;
   }
   auto* op = reinterpret_cast<float*>(at + rest_lse_bytes);
@@ -211,7 +225,7 @@ void run_dilated_split(const cuda_detail::DilatedSplit& split, const cuda_detail
   cuda_detail::launch_dilated_gather(g, p.q, 1, shift, perm.q.data, dtype, s);
   cuda_detail::launch_dilated_gather(g, p.k, p.q_heads / p.kv_heads, 0, perm.k.data, dtype, s);
   cuda_detail::launch_dilated_gather(g, p.v, p.q_heads / p.kv_heads, 0, perm.v.data, dtype, s);
-  run_fused(perm, dtype, sm90, s);
+  run_fused(perm, dtype, sm90, tile, s);
   cuda_detail::launch_dilated_merge(g, rest, op, lsep, dtype, s);
 }
 
@@ -250,7 +264,8 @@ void cuda_prepare_mask(const BlockMask& mask) {
   // here whatever the kernel choice now, since the choice may change before a
   // capture.
   cuda_detail::scratch_pool();
-  prepare(cuda_detail::kSm80Tile);
+  prepare(cuda_detail::kSm80NarrowTile);
+  if (sm80_wide_tile(mask, true)) prepare(cuda_detail::kSm80WideTile);
   if (cuda_kernel() != CudaKernel::Sm80 && cuda_detail::fwd_sm90_available())
     for (const cuda_detail::TileShape tile : {cuda_detail::kSm90WideTile, cuda_detail::kSm90NarrowTile})
       if (cuda_detail::tile_fits(mask, tile)) prepare(tile);
@@ -263,15 +278,15 @@ void cuda_attention(const TensorView& q, const TensorView& k, const TensorView& 
   const bool sm90 = use_sm90(p, mask);
   if (!sm90) {
     cuda_detail::check_fwd_sm80_head_dim(p.head_dim);
-    cuda_detail::check_tile_fit(mask, cuda_detail::kSm80Tile);
+    cuda_detail::check_tile_fit(mask, cuda_detail::kSm80NarrowTile);
   }
-  const cuda_detail::TileShape tile = cuda_detail::kernel_tile(sm90, p.head_dim);
+  const cuda_detail::TileShape tile = call_tile(sm90, p.head_dim, mask, true);
   // The split's full runs depend on the tile (dilated_split.hpp), so it is made for the chosen kernel.
   const std::shared_ptr<const cuda_detail::DilatedSplit> split = cuda_detail::dilated_split(mask, tile);
-  if (split && split->query_heads == p.q_heads) return run_dilated_split(*split, p, q.dtype, sm90, s);
+  if (split && split->query_heads == p.q_heads) return run_dilated_split(*split, p, q.dtype, sm90, tile, s);
   p.mask = cuda_detail::device_mask(mask, s);
   p.plan = cuda_detail::device_tile_plan(mask, tile, s);
-  run_fused(p, q.dtype, sm90, s);
+  run_fused(p, q.dtype, sm90, tile, s);
 }
 
 void cuda_attention_varlen(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
@@ -287,7 +302,7 @@ void cuda_attention_varlen(const TensorView& q, const TensorView& k, const Tenso
   const bool sm90 = !empty && use_sm90(p, mask);
   if (!sm90) {
     cuda_detail::check_fwd_sm80_head_dim(p.head_dim);
-    cuda_detail::check_tile_fit(mask, cuda_detail::kSm80Tile);
+    cuda_detail::check_tile_fit(mask, cuda_detail::kSm80NarrowTile);
   }
   // The grid's batch axis walks the sequences; lengths come from cu_seqlens on the device.
   p.batch = batch.num_seqs;
@@ -299,8 +314,9 @@ void cuda_attention_varlen(const TensorView& q, const TensorView& k, const Tenso
   p.varlen.total_k = k.seq_len();
   const auto s = static_cast<cudaStream_t>(stream);
   p.mask = cuda_detail::device_mask(mask, s);
-  p.plan = cuda_detail::device_tile_plan(mask, cuda_detail::kernel_tile(sm90, p.head_dim), s);
-  run_fused(p, q.dtype, sm90, s);
+  const cuda_detail::TileShape tile = call_tile(sm90, p.head_dim, mask, false);
+  p.plan = cuda_detail::device_tile_plan(mask, tile, s);
+  run_fused(p, q.dtype, sm90, tile, s);
 }
 
 void cuda_naive_attention(const TensorView& q, const TensorView& k, const TensorView& v,

@@ -70,7 +70,9 @@ bool choose_sm90(const std::string& caller, int64_t head_dim, bool tile_fits,
   return tile_fits;
 }
 
-TileShape kernel_tile(bool sm90, int64_t head_dim) { return sm90 ? sm90_tile(head_dim) : kSm80Tile; }
+TileShape kernel_tile(bool sm90, int64_t head_dim, bool sm80_wide_fits) {
+  return sm90 ? sm90_tile(head_dim) : sm80_tile(head_dim, sm80_wide_fits);
+}
 
 }  // namespace cuda_detail
 }  // namespace spattn

@@ -21,7 +21,8 @@ bool choose_sm90(const std::string& caller, int64_t head_dim, bool tile_fits,
                  const std::function<void()>& explain_misfit);
 
 // The tile of the kernel that runs a call: the sm90 kernel's for the head
-// dim, or the sm80 kernel's.
-TileShape kernel_tile(bool sm90, int64_t head_dim);
+// dim, or the sm80 kernel's for the head dim and whether the call's blocks
+// fit its wide tile (`sm80_wide_fits`).
+TileShape kernel_tile(bool sm90, int64_t head_dim, bool sm80_wide_fits);
 
 }  // namespace spattn::cuda_detail

@@ -164,15 +164,26 @@ TEST_P(GpuKernels, GroupedQueryHeadsBatchesAndLayouts) {
       }
 }
 
+// Mask blocks 16..256 on both sides at head dims 128 and 64 (the sm80
+// kernel's 64- and 128-key tiles); blocks that fit only the 64-key tile
+// (block_k 192, 320) keep the sm80 kernel on it at head dims 32 and 64.
 TEST_P(GpuKernels, MaskBlockSizesAndEmptyRows) {
   std::mt19937_64 rng(2500);
   uint64_t seed = 2500;
   for (int64_t bq : {16, 64, 128, 256})
     for (int64_t bk : {16, 64, 128, 256})
-      for (GpuProblem pr : mask_block_problems(bq, bk, rng)) {
-        pr.head_dim = 128;
-        expect_matches_reference(pr, seed++);
-      }
+      for (GpuProblem pr : mask_block_problems(bq, bk, rng))
+        for (int64_t d : {128, 64}) {
+          pr.head_dim = d;
+          expect_matches_reference(pr, seed++);
+        }
+  if (GetParam() == CudaKernel::Sm80)  // the sm90 kernel's tile takes none of these blocks
+    for (const auto& [bq, bk] : std::vector<std::pair<int64_t, int64_t>>{{128, 192}, {64, 320}})
+      for (GpuProblem pr : mask_block_problems(bq, bk, rng))
+        for (int64_t d : {32, 64}) {
+          pr.head_dim = d;
+          expect_matches_reference(pr, seed++);
+        }
   GpuProblem pr = rows_without_keys_problem();
   expect_matches_reference(pr, seed++);
   pr.out_dtype = DType::F32;

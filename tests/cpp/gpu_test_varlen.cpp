@@ -141,7 +141,7 @@ TEST_P(GpuVarlen, QueryChunksAfterCachedKeys) {
     blocks.block_q = block_q;
     blocks.block_k = block_k;
     const BlockMask mask = varlen_mask(blocks.pattern, 4500, block_q, block_k, blocks.q_heads);
-    ASSERT_FALSE(cuda_detail::make_tile_plan(mask, cuda_detail::kSm80Tile).split_rows.empty());
+    ASSERT_FALSE(cuda_detail::make_tile_plan(mask, cuda_detail::kSm80WideTile).split_rows.empty());
     expect_varlen_matches_reference(blocks, seed++);
   }
   VarlenCase wide;  // head dim 256 (the sm90 kernel's 128 x 64 tile)
@@ -184,7 +184,7 @@ TEST_P(GpuVarlen, SplitLongRows) {
   c.lengths = {4500, 300, 0, 4100, 17, 2000};
   c.block_q = c.block_k = 64;
   const BlockMask mask = varlen_mask(c.pattern, 4500, c.block_q, c.block_k, c.q_heads);
-  ASSERT_FALSE(cuda_detail::make_tile_plan(mask, cuda_detail::kSm80Tile).split_rows.empty());
+  ASSERT_FALSE(cuda_detail::make_tile_plan(mask, cuda_detail::kSm80WideTile).split_rows.empty());
   uint64_t seed = 400;
   for (DType dtype : {DType::BF16, DType::F16}) {
     c.dtype = c.out_dtype = dtype;

@@ -110,8 +110,9 @@ __device__ __forceinline__ void mask_scores(float (&s)[Tr::kMAtoms][Tr::kNAtoms]
   if (full && k0 + Tr::kBlockN > k_len) mask_key_bounds<Tr>(s, k_len - k0, lane);
 }
 
-// The keep bits of the row and 64-key segment of the tile that this lane
-// evaluates (tile_keep_bits): a partial tile's allowed pairs - key in bounds,
+// The keep bits of one row and 64-key segment of the tile, evaluated by one
+// lane (tile_keep_bits): `slot` numbers the warp's (row, segment) pairs, rows
+// first (row slot % kWarpRows of the warp, segment slot / kWarpRows). A partial tile's allowed pairs - key in bounds,
 // the sub-block kept (derived plans), and either the sub-block full or the
 // pattern predicate true, through its span form (row_key_bits.hpp) where the
 // pattern has one, else key by key - less the pairs a dilated split leaves to
@@ -120,9 +121,9 @@ __device__ __forceinline__ void mask_scores(float (&s)[Tr::kMAtoms][Tr::kNAtoms]
 template <typename Tr>
 __device__ __forceinline__ uint64_t lane_keep_word(const FwdParams& p, const PatternExpr& expr, const TileWalk& walk,
                                                    bool full, bool excluding, const SequenceSpan& seq, int64_t h,
-                                                   int64_t q0, int64_t k0, int warp, int lane) {
+                                                   int64_t q0, int64_t k0, int warp, int slot) {
   constexpr int kSegments = Tr::kBlockN / 64;
-  const int row = warp * Tr::kWarpRows + lane % Tr::kWarpRows, segment = lane / Tr::kWarpRows % kSegments;
+  const int row = warp * Tr::kWarpRows + slot % Tr::kWarpRows, segment = slot / Tr::kWarpRows % kSegments;
   const int64_t i = q0 + row, seg_k0 = k0 + 64 * segment;
   if (!seq.has_row(i)) return 0;
   // Query row i sits at position i + shift (for a varlen sequence that is its
@@ -174,7 +175,8 @@ __device__ __forceinline__ int opaque(int x) {
 // The keep bits of a tile: all on a full tile without exclusion; else each lane
 // evaluates one row and 64-key segment of its warp's rows (lane_keep_word:
 // lanes ascend over the rows, then the segments; with fewer than 32 of them,
-// the upper lanes repeat the lower ones) and each thread gathers its rows'
+// the upper lanes repeat the lower ones; with 32 rows of two segments, as in
+// the sm80 kernel's 128-key tile, a lane evaluates its row's two) and each thread gathers its rows'
 // columns from the lanes holding them (two shuffles per row and segment), so
 // the predicate runs once per row and segment rather than once in each of the
 // four threads sharing a row (at D = 256, where the upper 16 lanes repeat the
@@ -191,13 +193,19 @@ __device__ __forceinline__ KeepBits<Tr> tile_keep_bits(const FwdParams& p, const
                                                        const TileWalk& tile, bool full, const SequenceSpan& seq,
                                                        int64_t h, int64_t q0, int64_t k0, int warp, int lane) {
   constexpr int kSegments = Tr::kBlockN / 64;
-  static_assert(Tr::kBlockN % 64 == 0 && Tr::kWarpRows * kSegments <= 32, "a lane per row and 64-key segment");
+  constexpr int kSlots = Tr::kWarpRows * kSegments;     // (row, segment) pairs of a warp
+  constexpr int kPasses = kSlots > 32 ? kSegments : 1;  // of the warp's lanes over them
+  static_assert(Tr::kBlockN % 64 == 0 && (kSlots <= 32 || Tr::kWarpRows == 32),
+                "a lane per row and 64-key segment, or per row and all its segments");
   static_assert(KeepBits<Tr>::kRowBits == 16 * kSegments, "a thread has 16 columns per segment");
   const bool excluding = p.exclude.kind == Exclusion::FullRuns || (p.exclude.kind == Exclusion::Rest && !full);
   if (full && !excluding) return KeepBits<Tr>::all();
   lane = opaque(lane);
   warp = opaque(warp);
-  const uint64_t word = lane_keep_word<Tr>(p, expr, tile, full, excluding, seq, h, q0, k0, warp, lane);
+  uint64_t word[kPasses];
+#pragma unroll
+  for (int pass = 0; pass < kPasses; ++pass)
+    word[pass] = lane_keep_word<Tr>(p, expr, tile, full, excluding, seq, h, q0, k0, warp, lane + 32 * pass);
   const int first_col = (lane & 3) * 2;
   KeepBits<Tr> keep = KeepBits<Tr>::none();
 #pragma unroll
@@ -206,7 +214,9 @@ __device__ __forceinline__ KeepBits<Tr> tile_keep_bits(const FwdParams& p, const
     uint32_t bits = 0;
 #pragma unroll
     for (int segment = 0; segment < kSegments; ++segment) {
-      const uint64_t keys = __shfl_sync(0xffffffffu, word, row + segment * Tr::kWarpRows);
+      // With one pass, slot row + segment * kWarpRows is lane; with one per segment, lane row of pass segment.
+      const uint64_t keys = kPasses == 1 ? __shfl_sync(0xffffffffu, word[0], row + segment * Tr::kWarpRows)
+                                         : __shfl_sync(0xffffffffu, word[segment], row);
       bits |= thread_columns(keys, first_col) << (16 * segment);
     }
     keep.add_row(r, bits);

@@ -37,14 +37,25 @@ std::string built_list() {
   return head_dim_names(kBuiltHeadDims);
 }
 
+// Head dims of the wide tile have an instantiation for each tile.
+template <typename T, int kHeadDim>
+void launch_for_tile(const FwdParams& p, cudaStream_t stream) {
+  if constexpr (sm80_wide_head_dim(kHeadDim)) {
+    if (p.plan.tile_cols == kSm80WideTile.cols) return launch_fwd_sm80<T, kHeadDim, kSm80WideTile.cols>(p, stream);
+  }
+  require(p.plan.tile_cols == kSm80NarrowTile.cols, "CUDA sm80 kernel: no instantiation for ", p.plan.tile_cols,
+          "-key tiles at head_dim ", kHeadDim);
+  launch_fwd_sm80<T, kHeadDim, kSm80NarrowTile.cols>(p, stream);
+}
+
 template <typename T>
 void run_typed(const FwdParams& p, cudaStream_t stream) {
   switch (p.head_dim) {
-    case 32: if constexpr (is_built(32)) return launch_fwd_sm80<T, 32>(p, stream); break;
-    case 64: if constexpr (is_built(64)) return launch_fwd_sm80<T, 64>(p, stream); break;
-    case 96: if constexpr (is_built(96)) return launch_fwd_sm80<T, 96>(p, stream); break;
-    case 128: if constexpr (is_built(128)) return launch_fwd_sm80<T, 128>(p, stream); break;
-    case 256: if constexpr (is_built(256)) return launch_fwd_sm80<T, 256>(p, stream); break;
+    case 32: if constexpr (is_built(32)) return launch_for_tile<T, 32>(p, stream); break;
+    case 64: if constexpr (is_built(64)) return launch_for_tile<T, 64>(p, stream); break;
+    case 96: if constexpr (is_built(96)) return launch_for_tile<T, 96>(p, stream); break;
+    case 128: if constexpr (is_built(128)) return launch_for_tile<T, 128>(p, stream); break;
+    case 256: if constexpr (is_built(256)) return launch_for_tile<T, 256>(p, stream); break;
   }
   fail("CUDA backend: head_dim must be one of ", built_list(), " in this build, got ", p.head_dim);
 }

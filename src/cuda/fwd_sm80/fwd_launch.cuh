@@ -13,10 +13,12 @@
 
 namespace spattn::cuda_detail {
 
-template <typename T, int kHeadDim>
+template <typename T, int kHeadDim, int kTileCols>
 void launch_fwd_sm80(const FwdParams& p, cudaStream_t stream) {
-  using Tr = FwdTraits<T, kHeadDim>;
-  static_assert(Tr::kBlockM == kSm80Tile.rows && Tr::kBlockN == kSm80Tile.cols, "tile plan and kernel tile agree");
+  using Tr = FwdTraits<T, kHeadDim, kTileCols>;
+  static_assert(Tr::kBlockM == sm80_tile(kHeadDim, kTileCols == kSm80WideTile.cols).rows &&
+                    Tr::kBlockN == sm80_tile(kHeadDim, kTileCols == kSm80WideTile.cols).cols,
+                "tile plan and kernel tile agree");
   const auto kernel = fwd_sm80_kernel<Tr>;
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Tr::kSmemBytes, "fwd_sm80");
   const int64_t ctas = p.plan.num_items * launch_copies(p);

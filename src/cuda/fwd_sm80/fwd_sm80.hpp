@@ -1,7 +1,7 @@
 // cuda/fwd_sm80/fwd_sm80.hpp - entry of the portable fused forward kernel.
 //
-// The kernel tile every plan for it is derived with, the head dims it is built
-// for, and the launch, dispatched at run time on dtype and head dim to one of
+// The kernel tiles its plans are derived with, the head dims it is built for,
+// and the launch, dispatched at run time on dtype and head dim to one of
 // the explicit instantiations in cuda/instantiations/.
 #pragma once
 
@@ -15,19 +15,30 @@
 
 namespace spattn::cuda_detail {
 
-constexpr TileShape kSm80Tile{128, 64};
+// The kernel tiles: 128 queries x 128 keys up to D = 64, where the scores of
+// 128 keys and O still fit a thread's registers and a tile's products are
+// short, so fewer barriers per product pay; 128 x 64 above, and at any head
+// dim for masks whose blocks fit only that tile (block_k 192, say). Both take
+// every power-of-two mask block from 16 to 256.
+constexpr TileShape kSm80WideTile{128, 128};
+constexpr TileShape kSm80NarrowTile{128, 64};
+constexpr bool sm80_wide_head_dim(int64_t head_dim) { return head_dim <= 64; }
+constexpr TileShape sm80_tile(int64_t head_dim, bool wide_tile_fits) {
+  return sm80_wide_head_dim(head_dim) && wide_tile_fits ? kSm80WideTile : kSm80NarrowTile;
+}
 
 // Throws spattn::Error naming head_dim unless it is built.
 void check_fwd_sm80_head_dim(int64_t head_dim);
 
-// Launches the kernel for `dtype` (fp16 or bf16) and p.head_dim on `stream`,
-// then the merge of split rows. p.partial_o / p.partial_lse must hold
-// partial_o_floats / partial_lse_floats(p, kSm80Tile.rows) floats
-// (split_combine.hpp) when the plan splits rows.
+// Launches the kernel for `dtype` (fp16 or bf16), p.head_dim and the plan's
+// tile (p.plan.tile_cols) on `stream`, then the merge of split rows.
+// p.partial_o / p.partial_lse must hold partial_o_floats /
+// partial_lse_floats(p, 128) floats (split_combine.hpp) when the plan splits
+// rows.
 void run_fwd_sm80(const FwdParams& p, DType dtype, cudaStream_t stream);
 
 // One instantiation per (element type, head dim), defined in cuda/instantiations/.
-template <typename T, int kHeadDim>
+template <typename T, int kHeadDim, int kTileCols>
 void launch_fwd_sm80(const FwdParams& p, cudaStream_t stream);
 
 }  // namespace spattn::cuda_detail

@@ -3,5 +3,5 @@
 #include "cuda/fwd_sm80/fwd_launch.cuh"
 
 namespace spattn::cuda_detail {
-template void launch_fwd_sm80<__half, 256>(const FwdParams& p, cudaStream_t stream);
+template void launch_fwd_sm80<__half, 256, kSm80NarrowTile.cols>(const FwdParams& p, cudaStream_t stream);
 }  // namespace spattn::cuda_detail

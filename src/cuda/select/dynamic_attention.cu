@@ -150,7 +150,8 @@ struct DynamicAttention::Items {
 DynamicAttention::DynamicAttention(const SelectConfig& config, const SelectShape& shape)
     : shape_(shape),
       sm90_(use_sm90(config, shape.head_dim)),
-      tile_(kernel_tile(sm90_, shape.head_dim)) {
+      tile_(kernel_tile(sm90_, shape.head_dim,
+                        config.block_q % kSm80WideTile.rows == 0 && config.block_k % kSm80WideTile.cols == 0)) {
   require(config.block_q % tile_.rows == 0, "CUDA dynamic attention: block_q must be a multiple of ", tile_.rows,
           ", got ", config.block_q);
   require(config.block_k % tile_.cols == 0, "CUDA dynamic attention: block_k must be a multiple of ", tile_.cols,
@@ -248,6 +249,7 @@ void DynamicAttention::attend(const FwdParams& batch_params, DType dtype, cudaSt
     p.plan.num_items = items_per_batch;
     p.plan.num_q_tiles = num_q_tiles_;
     p.plan.num_k_tiles = num_k_tiles_;
+    p.plan.tile_cols = tile_.cols;
     if (sm90_)
       run_fwd_sm90(p, dtype, stream);
     else

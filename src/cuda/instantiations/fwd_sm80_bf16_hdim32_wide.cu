@@ -1,0 +1,8 @@
+// cuda/instantiations/fwd_sm80_bf16_hdim32_wide.cu - the portable forward kernel for
+// bf16 inputs and head dim 32 on 128-key tiles (one instantiation per
+// file keeps builds parallel).
+#include "cuda/fwd_sm80/fwd_launch.cuh"
+
+namespace spattn::cuda_detail {
+template void launch_fwd_sm80<__nv_bfloat16, 32, kSm80WideTile.cols>(const FwdParams& p, cudaStream_t stream);
+}  // namespace spattn::cuda_detail

@@ -542,8 +542,8 @@ TEST(CudaDilatedSplit, RegularRestRowsMayLeaveTheDilatedTermOut) {
             cuda_detail::excluded_keys(rest, h, cuda_detail::positive_mod(h, rest.rate), i, shift, keys);
         for (int64_t k0 = 0; k0 < lk; k0 += 64) {
           uint64_t whole = 0, without = 0;
-          ASSERT_TRUE(cuda_detail::expr_row_word(e, h, pos, k0, whole));
-          ASSERT_TRUE(cuda_detail::expr_row_word(e, h, pos, k0, without, rest.term_left_out(pos, pos + 1)));
+          ASSERT_TRUE(cuda_detail::expr_row_word(e, h, i, pos, k0, whole));
+          ASSERT_TRUE(cuda_detail::expr_row_word(e, h, i, pos, k0, without, rest.term_left_out(pos, pos + 1)));
           const uint64_t excluded =
               has_excl ? cuda_detail::span_word(keys.lo, keys.hi, keys.stride, keys.residue, k0) : 0;
           ASSERT_EQ(whole & ~excluded, without & ~excluded) << "h " << h << " position " << pos << " k0 " << k0;
@@ -604,7 +604,7 @@ TEST(CudaDilatedSplit, OnlyWhereThePermutationIsExact) {
 // predicate allows, for every pattern with a span form.
 TEST(CudaRowKeyBits, SpanFormAgreesWithThePredicate) {
   std::mt19937_64 rng(12);
-  int64_t rows_with_span_form = 0;
+  int64_t rows_with_span_form = 0, custom_rows = 0;
   for (int n = 0; n < 300; ++n) {
     const int64_t lq = draw(rng, 1, 900), lk = draw(rng, 1, 900), heads = 4;
     const Case c = random_case(rng, lq, lk, heads);
@@ -614,14 +614,16 @@ TEST(CudaRowKeyBits, SpanFormAgreesWithThePredicate) {
       const int64_t k0 = draw(rng, 0, (lk - 1) / 64) * 64;
       const PatternExpr& e = c.pattern.expr_for_head(h, heads);
       uint64_t word = 0;
-      if (!cuda_detail::expr_row_word(e, h, p, k0, word)) continue;
+      if (!cuda_detail::expr_row_word(e, h, i, p, k0, word)) continue;
       ++rows_with_span_form;
+      for (int32_t t = 0; t < e.num_terms; ++t) custom_rows += e.terms[t].kind == TermKind::Custom ? 1 : 0;
       for (int k = 0; k < 64; ++k)
         ASSERT_EQ(((word >> k) & 1) != 0, expr_allows(e, h, i, p, k0 + k))
             << "h " << h << " i " << i << " p " << p << " j " << k0 + k;
     }
   }
   EXPECT_GT(rows_with_span_form, 1000);
+  EXPECT_GT(custom_rows, 100);  // custom block masks (block sizes 1..40, causal or not) have one too
 }
 
 // Every stride and offset of a span, against a key-by-key test.

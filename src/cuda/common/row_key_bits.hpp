@@ -6,8 +6,10 @@
 // {lo <= j <= hi, j = residue mod stride} - dense, sliding window,
 // block-diagonal, streaming, strided, dilated - the row's spans are derived
 // once from the term's definition in spattn/pattern_terms.hpp and turned into
-// the word with a few shifts and masks. Other terms (fixed, BigBird,
-// Longformer, custom) report that they have no span form, and the caller
+// the word with a few shifts and masks. A custom block mask's row is the
+// union of its kept blocks among the segment's (a walk over the row's sorted
+// block columns; at most 64 / block_k + 1 of them). Other terms (fixed,
+// BigBird, Longformer) report that they have no span form, and the caller
 // tests their keys one by one with expr_allows. In the mma C layout a thread
 // owns, of every 8 consecutive keys of a tile, the pair first_col,
 // first_col + 1 (thread_columns picks them out of a word). Host and device
@@ -102,9 +104,26 @@ SPATTN_HD uint32_t thread_columns(uint64_t keys, int first_col) {
          quarter_columns(static_cast<uint32_t>(keys >> 32), first_col) << 8;
 }
 
+// The keys among the 64 from k0 that the custom blocks of query row i (on the
+// (i, j) grid) keep for mask head h.
+SPATTN_HD uint64_t custom_row_word(const PatternTerm& t, int64_t h, int64_t i, int64_t k0) {
+  const int64_t r = (t.table_heads == 1 ? 0 : h) * t.table_rows + i / t.a;
+  const int32_t* columns = t.indices + t.offsets[r];
+  const int64_t n = t.offsets[r + 1] - t.offsets[r], last = (k0 + 63) / t.b;
+  uint64_t word = 0;
+  for (int64_t at = pattern_math::lower_bound(columns, n, k0 / t.b); at < n && columns[at] <= last; ++at)
+    word |= span_word(columns[at] * t.b, columns[at] * t.b + t.b - 1, 1, 0, k0);
+  return word;
+}
+
 // The term's allowed keys among the 64 keys from k0 (bit k: key k0 + k) for
-// the row at position p of query head h; false if the term has no span form.
-SPATTN_HD bool term_row_word(const PatternTerm& t, int64_t h, int64_t p, int64_t k0, uint64_t& word) {
+// query row i at position p of query head h; false if the term has no span
+// form.
+SPATTN_HD bool term_row_word(const PatternTerm& t, int64_t h, int64_t i, int64_t p, int64_t k0, uint64_t& word) {
+  if (t.kind == TermKind::Custom) {
+    word = custom_row_word(t, h, i, k0) & (t.causal ? span_word(k0, p, 1, 0, k0) : ~uint64_t{0});
+    return true;
+  }
   const int64_t a = clamp_param(t.a), b = clamp_param(t.b);
   int64_t lo1 = 0, hi1 = -1, stride1 = 1, residue1 = 0;
   int64_t lo2 = 0, hi2 = -1, stride2 = 1, residue2 = 0;
@@ -140,18 +159,18 @@ SPATTN_HD bool term_row_word(const PatternTerm& t, int64_t h, int64_t p, int64_t
   return true;
 }
 
-// The expression's allowed keys among the 64 keys from k0 (OR or AND of its
-// terms); false if some term has no span form. Term `skip_term` of an OR is
+// The expression's allowed keys among the 64 keys from k0 for query row i at
+// position p (OR or AND of its terms); false if some term has no span form. Term `skip_term` of an OR is
 // left out (a dilated split's rest pass: its term's pairs in the row are all
 // excluded anyway).
-SPATTN_HD bool expr_row_word(const PatternExpr& e, int64_t h, int64_t p, int64_t k0, uint64_t& word,
+SPATTN_HD bool expr_row_word(const PatternExpr& e, int64_t h, int64_t i, int64_t p, int64_t k0, uint64_t& word,
                              int32_t skip_term = -1) {
   const bool all = e.op == ExprOp::And;
   uint64_t acc = all ? ~uint64_t{0} : 0;
   for (int32_t n = 0; n < e.num_terms; ++n) {
     if (n == skip_term && !all) continue;
     uint64_t term_word = 0;
-    if (!term_row_word(e.terms[n], h, p, k0, term_word)) return false;
+    if (!term_row_word(e.terms[n], h, i, p, k0, term_word)) return false;
     acc = all ? acc & term_word : acc | term_word;
   }
   word = acc;

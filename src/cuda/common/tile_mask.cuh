@@ -134,7 +134,8 @@ __device__ __forceinline__ uint64_t lane_keep_word(const FwdParams& p, const Pat
     const int64_t keys_left = seq.k_len - seg_k0;
     const int keys = keys_left >= 64 ? 64 : keys_left <= 0 ? 0 : static_cast<int>(keys_left);
     const int64_t warp_pos = q0 + warp * Tr::kWarpRows + shift;
-    if (!expr_row_word(expr, h, i + shift, seg_k0, word, p.exclude.term_left_out(warp_pos, warp_pos + Tr::kWarpRows))) {
+    if (!expr_row_word(expr, h, i, i + shift, seg_k0, word,
+                       p.exclude.term_left_out(warp_pos, warp_pos + Tr::kWarpRows))) {
       word = 0;
 #pragma unroll 1
       for (int k = 0; k < keys; ++k)

@@ -23,8 +23,8 @@
 // --varlen N packs N sequences of seeded random lengths in [1, seq] (sequence
 // 0 has length seq) into batch-1 tensors and times cuda_attention_varlen with
 // one mask for length seq; kept pairs are summed over the sequences, each at
-// its own length (--batch is ignored; the custom-block cases random, bigbird
-// and allblocks are rejected).
+// its own length (--batch is ignored; the custom-block cases random,
+// random-causal, bigbird and allblocks are rejected).
 // --kernel: fused lets cuda_attention choose (SPATTN_CUDA_KERNEL, else the
 // Hopper kernel where it runs); sm80 and sm90 force one fused kernel; naive is
 // the one-thread-per-row baseline. The JSON names the kernel timed.

@@ -265,7 +265,13 @@ void cuda_prepare_mask(const BlockMask& mask) {
   // capture.
   cuda_detail::scratch_pool();
   prepare(cuda_detail::kSm80NarrowTile);
-  if (sm80_wide_tile(mask, true)) prepare(cuda_detail::kSm80WideTile);
+  if (cuda_detail::tile_fits(mask, cuda_detail::kSm80WideTile)) {
+    // Varlen calls take the wide tile for a dilated mask too (they run no split).
+    if (sm80_wide_tile(mask, true))
+      prepare(cuda_detail::kSm80WideTile);
+    else if (cuda_detail::device_tile_plan(mask, cuda_detail::kSm80WideTile, nullptr).num_split_rows > 0)
+      cuda_detail::scratch_pool();
+  }
   if (cuda_kernel() != CudaKernel::Sm80 && cuda_detail::fwd_sm90_available())
     for (const cuda_detail::TileShape tile : {cuda_detail::kSm90WideTile, cuda_detail::kSm90NarrowTile})
       if (cuda_detail::tile_fits(mask, tile)) prepare(tile);

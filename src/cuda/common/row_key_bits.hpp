@@ -8,7 +8,7 @@
 // once from the term's definition in spattn/pattern_terms.hpp and turned into
 // the word with a few shifts and masks. A custom block mask's row is the
 // union of its kept blocks among the segment's (a walk over the row's sorted
-// block columns; at most 64 / block_k + 1 of them). Other terms (fixed,
+// block columns; at most 64 / block_k + 2 of them). Other terms (fixed,
 // BigBird, Longformer) report that they have no span form, and the caller
 // tests their keys one by one with expr_allows. In the mma C layout a thread
 // owns, of every 8 consecutive keys of a tile, the pair first_col,

@@ -150,8 +150,9 @@ struct DynamicAttention::Items {
 DynamicAttention::DynamicAttention(const SelectConfig& config, const SelectShape& shape)
     : shape_(shape),
       sm90_(use_sm90(config, shape.head_dim)),
-      tile_(kernel_tile(sm90_, shape.head_dim,
-                        config.block_q % kSm80WideTile.rows == 0 && config.block_k % kSm80WideTile.cols == 0)) {
+      // The sm80 kernel keeps its 64-key tile here at every head dim (its
+      // 128-key tile at D <= 64 is not used by this path).
+      tile_(kernel_tile(sm90_, shape.head_dim, false)) {
   require(config.block_q % tile_.rows == 0, "CUDA dynamic attention: block_q must be a multiple of ", tile_.rows,
           ", got ", config.block_q);
   require(config.block_k % tile_.cols == 0, "CUDA dynamic attention: block_k must be a multiple of ", tile_.cols,

@@ -250,9 +250,12 @@ int cuda_device_count() {
 }
 
 void cuda_prepare_mask(const BlockMask& mask) {
-  // The plans of each kernel that may run the mask (the head dim decides between them at the call).
-  const auto prepare = [&](cuda_detail::TileShape tile) {
+  // The plans of each kernel that may run the mask (the head dim decides
+  // between them at the call), and those of its dilated split on the tile
+  // unless calls there never make one (`splits`).
+  const auto prepare = [&](cuda_detail::TileShape tile, bool splits) {
     if (cuda_detail::device_tile_plan(mask, tile, nullptr).num_split_rows > 0) cuda_detail::scratch_pool();
+    if (!splits) return;
     if (const auto split = cuda_detail::dilated_split(mask, tile)) {
       cuda_detail::device_tile_plan(split->rest, tile, nullptr);
       cuda_detail::device_tile_plan(split->permuted, tile, nullptr);
@@ -264,17 +267,14 @@ void cuda_prepare_mask(const BlockMask& mask) {
   // here whatever the kernel choice now, since the choice may change before a
   // capture.
   cuda_detail::scratch_pool();
-  prepare(cuda_detail::kSm80NarrowTile);
-  if (cuda_detail::tile_fits(mask, cuda_detail::kSm80WideTile)) {
-    // Varlen calls take the wide tile for a dilated mask too (they run no split).
-    if (sm80_wide_tile(mask, true))
-      prepare(cuda_detail::kSm80WideTile);
-    else if (cuda_detail::device_tile_plan(mask, cuda_detail::kSm80WideTile, nullptr).num_split_rows > 0)
-      cuda_detail::scratch_pool();
-  }
+  prepare(cuda_detail::kSm80NarrowTile, true);
+  // Varlen calls take the wide tile for a dilated mask too (they make no
+  // split); other calls take it only where the mask has no split.
+  if (cuda_detail::tile_fits(mask, cuda_detail::kSm80WideTile))
+    prepare(cuda_detail::kSm80WideTile, sm80_wide_tile(mask, true));
   if (cuda_kernel() != CudaKernel::Sm80 && cuda_detail::fwd_sm90_available())
     for (const cuda_detail::TileShape tile : {cuda_detail::kSm90WideTile, cuda_detail::kSm90NarrowTile})
-      if (cuda_detail::tile_fits(mask, tile)) prepare(tile);
+      if (cuda_detail::tile_fits(mask, tile)) prepare(tile, true);
 }
 
 void cuda_attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,

@@ -99,21 +99,6 @@ bool use_sm90(const cuda_detail::FwdParams& p, const BlockMask& mask) {
                                   [&] { cuda_detail::check_tile_fit(mask, tile); });
 }
 
-// Whether the sm80 kernel runs a call on `mask` on its wide tile (fwd_sm80.hpp):
-// the mask's blocks fit it, and it is not a dilated split, whose permuted pass
-// masks every tile (same-run on an H100 at D = 64: 4-6% slower on 128-key
-// tiles). Varlen batches run dilated patterns without a split.
-bool sm80_wide_tile(const BlockMask& mask, bool dilated_splits) {
-  return cuda_detail::tile_fits(mask, cuda_detail::kSm80WideTile) &&
-         !(dilated_splits && cuda_detail::dilated_split(mask, cuda_detail::kSm80NarrowTile));
-}
-
-// The tile of the kernel that runs a call on `mask`.
-cuda_detail::TileShape call_tile(bool sm90, int64_t head_dim, const BlockMask& mask, bool dilated_splits) {
-  const bool wide = !sm90 && cuda_detail::sm80_wide_head_dim(head_dim) && sm80_wide_tile(mask, dilated_splits);
-  return cuda_detail::kernel_tile(sm90, head_dim, wide);
-}
-
 // The fused kernel with p.plan (of `tile`); split rows write partial results
 // to stream-ordered scratch (from a pool that keeps its memory: no
 // synchronisation, capturable in a graph).
@@ -271,10 +256,13 @@ void cuda_prepare_mask(const BlockMask& mask) {
   // Varlen calls take the wide tile for a dilated mask too (they make no
   // split); other calls take it only where the mask has no split.
   if (cuda_detail::tile_fits(mask, cuda_detail::kSm80WideTile))
-    prepare(cuda_detail::kSm80WideTile, sm80_wide_tile(mask, true));
-  if (cuda_kernel() != CudaKernel::Sm80 && cuda_detail::fwd_sm90_available())
+    prepare(cuda_detail::kSm80WideTile, cuda_detail::sm80_wide_tile(mask, true));
+  if (cuda_kernel() != CudaKernel::Sm80 && cuda_detail::fwd_sm90_available()) {
     for (const cuda_detail::TileShape tile : {cuda_detail::kSm90WideTile, cuda_detail::kSm90NarrowTile})
       if (cuda_detail::tile_fits(mask, tile)) prepare(tile, true);
+    // The tall tile's plan beside the wide one's (sm90_tall_tile compares them); it makes no split.
+    if (cuda_detail::tile_fits(mask, cuda_detail::kSm90TallTile)) prepare(cuda_detail::kSm90TallTile, false);
+  }
 }
 
 void cuda_attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
@@ -286,7 +274,7 @@ void cuda_attention(const TensorView& q, const TensorView& k, const TensorView& 
     cuda_detail::check_fwd_sm80_head_dim(p.head_dim);
     cuda_detail::check_tile_fit(mask, cuda_detail::kSm80NarrowTile);
   }
-  const cuda_detail::TileShape tile = call_tile(sm90, p.head_dim, mask, true);
+  const cuda_detail::TileShape tile = cuda_detail::call_tile(sm90, p.head_dim, mask, true, s);
   // The split's full runs depend on the tile (dilated_split.hpp), so it is made for the chosen kernel.
   const std::shared_ptr<const cuda_detail::DilatedSplit> split = cuda_detail::dilated_split(mask, tile);
   if (split && split->query_heads == p.q_heads) return run_dilated_split(*split, p, q.dtype, sm90, tile, s);
@@ -320,7 +308,7 @@ void cuda_attention_varlen(const TensorView& q, const TensorView& k, const Tenso
   p.varlen.total_k = k.seq_len();
   const auto s = static_cast<cudaStream_t>(stream);
   p.mask = cuda_detail::device_mask(mask, s);
-  const cuda_detail::TileShape tile = call_tile(sm90, p.head_dim, mask, false);
+  const cuda_detail::TileShape tile = cuda_detail::call_tile(sm90, p.head_dim, mask, false, s);
   p.plan = cuda_detail::device_tile_plan(mask, tile, s);
   run_fused(p, q.dtype, sm90, tile, s);
 }

@@ -3,11 +3,15 @@
 // (select/dynamic_attention.cu).
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "cuda/plan/tile_plan.hpp"
+#include "spattn/block_mask.hpp"
 
 namespace spattn::cuda_detail {
 
@@ -20,9 +24,26 @@ namespace spattn::cuda_detail {
 bool choose_sm90(const std::string& caller, int64_t head_dim, bool tile_fits,
                  const std::function<void()>& explain_misfit);
 
-// The tile of the kernel that runs a call: the sm90 kernel's for the head
-// dim, or the sm80 kernel's for the head dim and whether the call's blocks
-// fit its wide tile (`sm80_wide_fits`).
+// The base tile of a kernel: the sm90 kernel's for the head dim
+// (sm90_tile), or the sm80 kernel's for the head dim and whether the call's
+// blocks fit its wide tile (`sm80_wide_fits`). Dynamic attention runs it.
 TileShape kernel_tile(bool sm90, int64_t head_dim, bool sm80_wide_fits);
+
+// Whether the sm80 kernel runs a call on `mask` on its wide tile
+// (fwd_sm80.hpp): the blocks fit it, and, where the call makes dilated splits
+// (`dilated_splits`), the mask has none.
+bool sm80_wide_tile(const BlockMask& mask, bool dilated_splits);
+
+// The tile an attention call on `mask` runs (its plan is made for it): the
+// sm90 kernel's tall tile where it pays (fwd_sm90.hpp; this compares the
+// pairs of the tall and the 128-row plan, made on `stream` on first use),
+// else kernel_tile with sm80_wide_tile.
+TileShape call_tile(bool sm90, int64_t head_dim, const BlockMask& mask, bool dilated_splits, cudaStream_t stream);
+
+// Forces the sm90 tall-tile choice of call_tile: true takes the tall tile
+// wherever the blocks fit it and the call makes no dilated split of the mask,
+// false never, nullopt compares the plans again. Returns the setting before.
+// Process-wide; for tests that run every path on each kernel.
+std::optional<bool> force_sm90_tall_tile(std::optional<bool> tall);
 
 }  // namespace spattn::cuda_detail

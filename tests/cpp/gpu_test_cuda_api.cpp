@@ -16,6 +16,8 @@
 #include "cuda/common/excluded_keys.hpp"
 #include "cuda/common/row_key_bits.hpp"
 #include "cuda/common/work_units.hpp"
+#include "cuda/fwd_sm90/fwd_sm90.hpp"
+#include "cuda/kernel_choice.hpp"
 #include "cuda/plan/dilated_split.hpp"
 #include "cuda/plan/tile_plan.hpp"
 #include "gpu_test_support.hpp"
@@ -324,25 +326,34 @@ TEST(CudaTilePlan, KvBytesCountEveryRowALaunchReads) {
   EXPECT_EQ(cuda_detail::kv_bytes_read(p, 128, 2), 2 * 4 * 2500 * 128 * 2);
 }
 
+// Every block size on the 128 x 64 tile and on the sm90 kernel's 192 x 128
+// tile, whose rows 128- and 256-row blocks overlap without nesting (64-row
+// sub-blocks); blocks of 16 x 16 would split the latter into 96 pieces.
 TEST(CudaTilePlan, AgreesWithTheMaskForEveryBlockSize) {
   std::mt19937_64 rng(11);
-  const TileShape tile{128, 64};
-  for (int64_t bq : {16, 32, 64, 128, 256})
-    for (int64_t bk : {16, 32, 64, 128, 256}) {
-      const int64_t lq = draw(rng, 1, 600), lk = draw(rng, 1, 600);
-      const Case c = random_case(rng, lq, lk, 2);
-      const BlockMask mask = BlockMask::build(c.pattern, MaskShape{lq, lk, bq, bk, 2});
-      const HostTilePlan plan = cuda_detail::make_tile_plan(mask, tile);
-      EXPECT_EQ(plan.derived, bq % 128 != 0 || bk % 64 != 0);
-      SCOPED_TRACE(c.name + " blocks " + std::to_string(bq) + "x" + std::to_string(bk));
-      int64_t mismatches = 0;
-      for (int64_t h = 0; h < mask.num_heads(); ++h)
-        for (int64_t i = 0; i < lq; ++i)
-          for (int64_t j = 0; j < lk; ++j)
-            mismatches += plan_allows(mask, plan, tile, h, i, j) != mask.allowed(h, mask.num_heads(), i, j);
-      EXPECT_EQ(mismatches, 0);
-      expect_items_cover_every_row_once(mask, plan, tile);
-    }
+  for (const TileShape tile : {TileShape{128, 64}, TileShape{192, 128}})
+    for (int64_t bq : {16, 32, 64, 128, 256})
+      for (int64_t bk : {16, 32, 64, 128, 256}) {
+        const int64_t lq = draw(rng, 1, 700), lk = draw(rng, 1, 600);
+        const Case c = random_case(rng, lq, lk, 2);
+        const BlockMask mask = BlockMask::build(c.pattern, MaskShape{lq, lk, bq, bk, 2});
+        SCOPED_TRACE(c.name + " blocks " + std::to_string(bq) + "x" + std::to_string(bk) + " tile " +
+                     std::to_string(tile.rows) + "x" + std::to_string(tile.cols));
+        if (tile.rows == 192 && bq == 16 && bk == 16) {
+          EXPECT_FALSE(cuda_detail::tile_fits(mask, tile));
+          continue;
+        }
+        ASSERT_TRUE(cuda_detail::tile_fits(mask, tile));
+        const HostTilePlan plan = cuda_detail::make_tile_plan(mask, tile);
+        EXPECT_EQ(plan.derived, bq % tile.rows != 0 || bk % tile.cols != 0);
+        int64_t mismatches = 0;
+        for (int64_t h = 0; h < mask.num_heads(); ++h)
+          for (int64_t i = 0; i < lq; ++i)
+            for (int64_t j = 0; j < lk; ++j)
+              mismatches += plan_allows(mask, plan, tile, h, i, j) != mask.allowed(h, mask.num_heads(), i, j);
+        EXPECT_EQ(mismatches, 0);
+        expect_items_cover_every_row_once(mask, plan, tile);
+      }
 }
 
 TEST(CudaTilePlan, RejectsBlocksThatDoNotFitTheTile) {
@@ -771,6 +782,31 @@ TEST(CudaBackend, CaptureWithoutAPreparedMaskIsRefused) {
   if (graph) cudaGraphDestroy(graph);
   cudaGetLastError();
   cudaStreamDestroy(stream);
+}
+
+// The sm90 kernel's tall tile (192 x 128, three consumer warpgroups) runs a
+// call at head dims up to 64 where its plan computes at most 5% more pairs
+// than the 128-row tile's: dense and long causal masks, not BigBird (whose
+// 192-row tiles join the random blocks of two mask rows), not blocks of
+// 16 x 16 (96 sub-blocks), not a dilated split's passes, not D = 128.
+TEST(CudaBackend, TallTileWhereItCostsNoMoreWork) {
+  SPATTN_REQUIRE_GPU();
+  if (!cuda_sm90_kernel_available() || !cuda_detail::fwd_sm90_supports_head_dim(64))
+    GTEST_SKIP() << "no sm90 kernel for head dim 64 on this device and build";
+  const auto tile_of = [](const Pattern& pattern, int64_t len, int64_t block, int64_t head_dim, bool splits) {
+    const BlockMask mask = BlockMask::build(pattern, MaskShape{len, len, block, block, 1});
+    const TileShape t = cuda_detail::call_tile(true, head_dim, mask, splits, nullptr);
+    return std::to_string(t.rows) + "x" + std::to_string(t.cols);
+  };
+  EXPECT_EQ(tile_of(Pattern::dense(), 4096, 128, 64, true), "192x128");
+  EXPECT_EQ(tile_of(Pattern::causal(), 16384, 128, 64, true), "192x128");
+  EXPECT_EQ(tile_of(Pattern::streaming(128, 4096), 32768, 128, 64, true), "192x128");
+  EXPECT_EQ(tile_of(Pattern::causal(), 16384, 64, 64, true), "192x128");
+  EXPECT_EQ(tile_of(Pattern::bigbird(4096, 128, 3, 1, 3, 0), 4096, 128, 64, true), "128x128");
+  EXPECT_EQ(tile_of(Pattern::causal(), 4096, 16, 64, true), "128x128");
+  EXPECT_EQ(tile_of(Pattern::causal(), 16384, 128, 128, true), "128x128");
+  const Pattern dilated = Pattern::unite(Pattern::dilated({2048}, {4}, true), Pattern::sliding_window(512));
+  EXPECT_EQ(tile_of(dilated, 16384, 128, 64, true), "128x128");
 }
 
 TEST(CudaBackend, AttentionDispatchesDevicePointersToCuda) {

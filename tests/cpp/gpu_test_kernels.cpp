@@ -4,15 +4,19 @@
 // 128 x 64 tile), odd lengths, Lq != Lk both ways, GQA, batches, both layouts,
 // mask blocks 16..256, rows with no allowed key, split rows, scores rising
 // along each row (the online softmax's rescaling), dilated terms through the
-// token permutation, each order of the work units. The Hopper kernel
-// (sm90) runs only on a device of compute capability 9.0 with a build for it;
-// elsewhere its cases are skipped.
+// token permutation, each order of the work units; then the Hopper kernel's
+// tall tile forced on the same kinds of problems at head dim 64. The Hopper
+// kernel (sm90) runs only on a device of compute capability 9.0 with a build
+// for it; elsewhere its cases are skipped.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "cuda/fwd_sm90/fwd_sm90.hpp"
 #include "gpu_test_problems.hpp"
 #include "gpu_test_support.hpp"
 #include "pattern_cases.hpp"
@@ -311,6 +315,120 @@ TEST_P(GpuKernels, EveryUnitOrder) {
 INSTANTIATE_TEST_SUITE_P(Forced, GpuKernels, ::testing::Values(CudaKernel::Sm80, CudaKernel::Sm90),
                          forced_kernel_name);
 
+// The Hopper kernel's tall tile (three consumer warpgroups, 192 x 128 at head
+// dim 64), forced wherever the mask's blocks fit it: on its own, call_tile
+// takes it only where its plan costs no more work than the 128-row tile's,
+// which leaves most small problems on the latter. Every pattern and both
+// dtypes on 64- and 128-row mask blocks (the latter overlap its rows without
+// nesting), odd and unequal lengths, GQA with batches and both layouts, mask
+// blocks 16..256 (16 x 16 stays on the 128-row tile), rows with no allowed
+// key, split rows, scores rising along the row, each order of the work units.
+class GpuSm90TallTile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    if (!cuda_sm90_kernel_available() || !cuda_detail::fwd_sm90_supports_head_dim(64))
+      GTEST_SKIP() << "no sm90 kernel for head dim 64 on this device and build";
+    kernel_ = std::make_unique<ForcedKernel>(CudaKernel::Sm90);
+    tall_ = std::make_unique<ForcedTallTile>(true);
+  }
+  void TearDown() override {
+    tall_.reset();
+    kernel_.reset();
+  }
+
+ private:
+  std::unique_ptr<ForcedKernel> kernel_;
+  std::unique_ptr<ForcedTallTile> tall_;
+};
+
+TEST_F(GpuSm90TallTile, EveryPatternBothDtypesBothBlockRows) {
+  std::mt19937_64 rng(2701);
+  const int64_t L = 1000, heads = 4;
+  const std::vector<Case> cases = {
+      dense_case(false), causal_case(), block_diagonal_case(100, false), sliding_window_case(64, 32, false),
+      window_case(200), streaming_case(16, 100), strided_case(37), fixed_case(64, 8),
+      bigbird_case(L, 64, 3, 1, 3, 7, false), longformer_case(64, {0, 500, 999}, false),
+      custom_case(rng, L, L, heads, 64, 64, 0.3, false, false),
+      per_head_case({streaming_case(8, 50), dense_case(true)}, heads)};
+  uint64_t seed = 2700;
+  for (const Case& c : cases)
+    for (DType dtype : {DType::BF16, DType::F16})
+      for (int64_t block : {64, 128}) {
+        GpuProblem pr;
+        pr.pattern = c.pattern;
+        pr.dtype = pr.out_dtype = dtype;
+        pr.q_heads = pr.kv_heads = heads;
+        pr.q_len = pr.k_len = L;
+        pr.block_q = pr.block_k = block;
+        expect_matches_reference(pr, seed++);
+      }
+}
+
+TEST_F(GpuSm90TallTile, ShapesBlocksAndOrders) {
+  std::mt19937_64 rng(2801);
+  uint64_t seed = 2800;
+  for (int64_t L : {1, 17, 1000, 4099})
+    for (const Pattern& pattern : {Pattern::causal(), Pattern::sliding_window(257), Pattern::dense()}) {
+      GpuProblem pr;
+      pr.pattern = pattern;
+      pr.q_heads = pr.kv_heads = 1;
+      pr.q_len = pr.k_len = L;
+      expect_matches_reference(pr, seed++);
+    }
+  for (auto [lq, lk] : {std::pair<int64_t, int64_t>{300, 1000}, {1000, 300}, {193, 65}, {65, 193}, {1, 4099}})
+    for (const Pattern& pattern : {Pattern::causal(), Pattern::streaming(4, 64), Pattern::dense()}) {
+      GpuProblem pr;
+      pr.pattern = pattern;
+      pr.q_len = lq;
+      pr.k_len = lk;
+      pr.dtype = pr.out_dtype = seed % 2 ? DType::F16 : DType::BF16;
+      expect_matches_reference(pr, seed++);
+    }
+  for (int64_t kv_heads : {8, 2, 1})
+    for (Layout layout : {Layout::BHLD, Layout::BLHD}) {
+      GpuProblem pr;
+      pr.pattern = kv_heads == 2 ? Pattern::sliding_window(100, 30) : Pattern::causal();
+      pr.batch = 2;
+      pr.q_heads = 8;
+      pr.kv_heads = kv_heads;
+      pr.q_len = pr.k_len = 390;
+      pr.layout = layout;
+      pr.out_dtype = seed % 3 == 0 ? DType::F32 : pr.dtype;
+      expect_matches_reference(pr, seed++);
+    }
+  for (int64_t bq : {16, 64, 128, 256})
+    for (int64_t bk : {16, 64, 128, 256})
+      for (const GpuProblem& pr : mask_block_problems(bq, bk, rng)) expect_matches_reference(pr, seed++);
+  GpuProblem empty_rows = rows_without_keys_problem();
+  expect_matches_reference(empty_rows, seed++);
+  empty_rows.out_dtype = DType::F32;
+  expect_matches_reference(empty_rows, seed++);
+  for (const Pattern& pattern : split_row_patterns())
+    expect_matches_reference(split_rows_problem(pattern, DType::BF16), seed++);
+  for (const Pattern& pattern : {Pattern::dense(), Pattern::causal(), Pattern::sliding_window(300, 0)}) {
+    GpuProblem pr;
+    pr.pattern = pattern;
+    pr.q_len = pr.k_len = 1000;
+    pr.amplitude = 2.0;
+    pr.key_growth = 3.0;
+    expect_matches_reference(pr, seed++);
+  }
+  using cuda_detail::UnitOrder;
+  for (UnitOrder order : {UnitOrder::kItemMajor, UnitOrder::kCopyMajor, UnitOrder::kCopyMajorBanded}) {
+    SCOPED_TRACE("unit order " + std::to_string(static_cast<int>(order)));
+    const ForcedUnitOrder forced(order);
+    GpuProblem gqa;
+    gqa.pattern = Pattern::causal();
+    gqa.batch = 2;
+    gqa.q_heads = 4;
+    gqa.kv_heads = 2;
+    gqa.q_len = gqa.k_len = 1000;
+    expect_matches_reference(gqa, seed++);
+    expect_matches_reference(split_rows_problem(split_row_patterns()[1], DType::BF16), seed++);
+  }
+}
+
 // Small problems through each path of the Hopper kernel (mask walked directly
 // and through a derived plan, partial and ragged tiles, a split row, both
 // passes of a dilated split); scripts/gpu_check.sh runs these under
@@ -351,6 +469,14 @@ TEST(GpuSanitizerSm90, EachKernelPath) {
   pr.k_len = 700;
   pr.head_dim = 64;
   expect_matches_reference(pr, 6);
+  const ForcedTallTile tall(true);  // three consumer warpgroups: full, partial, ragged tiles and a derived plan
+  expect_matches_reference(pr, 7);
+  pr.pattern = Pattern::causal();
+  pr.q_len = 400;
+  expect_matches_reference(pr, 8);
+  pr.block_q = pr.block_k = 64;
+  pr.pattern = Pattern::sliding_window(90, 20);
+  expect_matches_reference(pr, 9);
 }
 
 // Host-only: runs without a device too.

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cuda/common/work_units.hpp"
+#include "cuda/kernel_choice.hpp"
 #include "spattn/cuda.hpp"
 #include "spattn/spattn.hpp"
 #include "test_support.hpp"
@@ -60,6 +61,18 @@ class ForcedUnitOrder {
 
  private:
   std::optional<cuda_detail::UnitOrder> previous_;
+};
+
+// Forces the sm90 tall-tile choice (kernel_choice.hpp) for its lifetime.
+class ForcedTallTile {
+ public:
+  explicit ForcedTallTile(bool tall) : previous_(cuda_detail::force_sm90_tall_tile(tall)) {}
+  ~ForcedTallTile() { cuda_detail::force_sm90_tall_tile(previous_); }
+  ForcedTallTile(const ForcedTallTile&) = delete;
+  ForcedTallTile& operator=(const ForcedTallTile&) = delete;
+
+ private:
+  std::optional<bool> previous_;
 };
 
 // A suite whose tests run once per fused kernel, forced (the parameter);

@@ -26,6 +26,15 @@ constexpr TileShape kSm90WideTile{128, 128};
 constexpr TileShape kSm90NarrowTile{128, 64};
 constexpr TileShape sm90_tile(int64_t head_dim) { return head_dim > 128 ? kSm90NarrowTile : kSm90WideTile; }
 
+// At head dims up to 64, where a tile's exponentials take as long as its
+// products, a second kernel of three consumer warpgroups runs 192 x 128
+// tiles: each group's softmax then runs while the two others' products keep
+// the tensor cores busy (as FlashAttention-3 does there). The call takes it
+// where its plan does not cost more work than the 128-row tile's
+// (cuda_backend.cpp); it takes every power-of-two mask block but 16 x 16.
+constexpr TileShape kSm90TallTile{192, 128};
+constexpr bool sm90_tall_head_dim(int64_t head_dim) { return head_dim <= 64; }
+
 // True when this build holds sm_90a code and the current device has compute
 // capability 9.0 (sm_90a code runs on no other).
 bool fwd_sm90_available();
@@ -36,17 +45,19 @@ std::string fwd_sm90_head_dims();
 // Whether the kernel handles `head_dim` in this build.
 bool fwd_sm90_supports_head_dim(int64_t head_dim);
 
-// Launches the kernel for `dtype` (fp16 or bf16) and p.head_dim on `stream`
-// (a persistent grid of one CTA per multiprocessor), then the merge of split
-// rows. p.plan must be the plan of sm90_tile(p.head_dim) (a dilated split's
-// passes: of the split made for that tile); a varlen batch needs
+// Launches the kernel for `dtype` (fp16 or bf16), p.head_dim and the tile
+// p.plan was made for on `stream` (a persistent grid of one CTA per
+// multiprocessor), then the merge of split rows. p.plan must be the plan of
+// sm90_tile(p.head_dim) or, where sm90_tall_head_dim, of kSm90TallTile (a
+// dilated split's passes: of the split made for that tile); a varlen batch needs
 // p.varlen.total_q and total_k > 0; p.partial_o / p.partial_lse must hold
 // partial_o_floats / partial_lse_floats(p, sm90_tile(p.head_dim).rows) floats
 // (split_combine.hpp) when the plan splits rows.
 void run_fwd_sm90(const FwdParams& p, DType dtype, cudaStream_t stream);
 
-// One instantiation per (element type, head dim), defined in cuda/instantiations/.
-template <typename T, int kHeadDim>
+// One instantiation per (element type, head dim, consumer warpgroups: 2 for
+// the tile sm90_tile, 3 for kSm90TallTile), defined in cuda/instantiations/.
+template <typename T, int kHeadDim, int kConsumerGroups>
 void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream);
 
 }  // namespace spattn::cuda_detail

@@ -29,12 +29,21 @@ constexpr int kBuiltHeadDims[] = {
 
 constexpr bool is_built(int64_t head_dim) { return head_dim_in(kBuiltHeadDims, head_dim); }
 
+// The instantiation for the plan's tile: three consumer warpgroups on the tall tile.
+template <typename T, int kHeadDim>
+void launch_for_tile(const FwdParams& p, cudaStream_t stream) {
+  if constexpr (sm90_tall_head_dim(kHeadDim)) {
+    if (p.plan.tile_rows == kSm90TallTile.rows) return launch_fwd_sm90<T, kHeadDim, 3>(p, stream);
+  }
+  launch_fwd_sm90<T, kHeadDim, 2>(p, stream);
+}
+
 template <typename T>
 void run_typed(const FwdParams& p, cudaStream_t stream) {
   switch (p.head_dim) {
-    case 64: if constexpr (is_built(64)) return launch_fwd_sm90<T, 64>(p, stream); break;
-    case 128: if constexpr (is_built(128)) return launch_fwd_sm90<T, 128>(p, stream); break;
-    case 256: if constexpr (is_built(256)) return launch_fwd_sm90<T, 256>(p, stream); break;
+    case 64: if constexpr (is_built(64)) return launch_for_tile<T, 64>(p, stream); break;
+    case 128: if constexpr (is_built(128)) return launch_for_tile<T, 128>(p, stream); break;
+    case 256: if constexpr (is_built(256)) return launch_for_tile<T, 256>(p, stream); break;
   }
   fail("CUDA backend: the sm90 kernel's head_dim must be one of ", fwd_sm90_head_dims(), " in this build, got ",
        p.head_dim);

@@ -1,7 +1,7 @@
 // cuda/fwd_sm90/fwd_sm90_kernel.cuh - the Hopper-native fused block-sparse
 // attention forward kernel (sm_90a): TMA copies on mbarriers, wgmma, and warp
 // specialisation (FlashAttention-3 structure, one consumer warpgroup per 64
-// query rows).
+// query rows: two, or three on the 192-row tile at head dims up to 64).
 //
 // Persistent grid: CTA c runs work unit c, then units drawn from a counter
 // (UnitRing), of the plan's items (longest first, tile_plan.hpp) times
@@ -12,7 +12,7 @@
 //     the ring: K(n) on "K full", V(n) on "V full"; only kept tiles are ever
 //     loaded. Q (once per unit, when the consumers have freed it) follows the
 //     unit's first K and V.
-//   consumers (two warpgroups, 64 rows each), per tile:
+//   consumers (two or three warpgroups, 64 rows each), per tile:
 //     wait K(n); S = Q K(n)^T            (wgmma, both from shared memory)
 //     mask S: nothing on full tiles, key bounds on a ragged last tile, the
 //             sub-block bits and the pattern predicate on partial tiles; in
@@ -224,22 +224,27 @@ __device__ __forceinline__ void produce(const FwdParams& p, const Sm90TensorMaps
   }
 }
 
-// The order in which the two consumer warpgroups issue their products: in
-// turns (group 0, group 1, group 0, ...), so that one warpgroup's softmax runs
-// while the other's products occupy the tensor cores (ping-pong). Each
-// group waits on its own named barrier, which the other group's pass_turn
-// (and, once, group 1's start) completes; both groups issue the same number
-// of times, since they walk the same tiles.
+// The order in which the consumer warpgroups issue their products: in turns
+// (group 0, 1, 0, 1, ... or 0, 1, 2, 0, ...), so that one warpgroup's softmax
+// runs while the others' products occupy the tensor cores (ping-pong). Each
+// group waits on its own named barrier, which the group before it completes
+// with pass_turn (and, once, the last group's start completes group 0's);
+// every group issues the same number of times, since they walk the same tiles.
+template <int kGroups>
 struct IssueOrder {
   int group;
   __device__ __forceinline__ void start() const {
-    if (group == 1) named_barrier_arrive(kFirstBarrier, 256);
+    if (group == kGroups - 1) named_barrier_arrive(kFirstBarrier, 256);
   }
   __device__ __forceinline__ void wait_turn() const {
     named_barrier_sync(kFirstBarrier + group, 256);
   }
   __device__ __forceinline__ void pass_turn() const {
-    named_barrier_arrive(kFirstBarrier + 1 - group, 256);
+    named_barrier_arrive(kFirstBarrier + next_group(), 256);
+  }
+  __device__ __forceinline__ int next_group() const {
+    if constexpr (kGroups == 2) return 1 - group;
+    return group + 1 == kGroups ? 0 : group + 1;
   }
   static constexpr int kFirstBarrier = 1;  // barrier 0 is __syncthreads
 };
@@ -316,7 +321,7 @@ __device__ __forceinline__ void clear_output(float (&o)[1][Tr::kDAtoms][4]) {
 // turn, waited for; then the stage's V is free.
 template <typename Tr>
 __device__ __forceinline__ void last_pv(const Sm90Smem<Tr>& sm, const Sm90Descriptors<Tr>& desc,
-                                        const IssueOrder& schedule, const RingSlot<Tr::kStages>& stage,
+                                        const IssueOrder<Tr::kConsumerGroups>& schedule, const RingSlot<Tr::kStages>& stage,
                                         float (&o)[1][Tr::kDAtoms][4], const uint32_t (&pa)[Tr::kBlockN / 16][4]) {
   mbarrier_wait(sm.v_full(stage.stage), stage.parity);
   schedule.wait_turn();
@@ -353,7 +358,7 @@ template <typename Tr>
 __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<Tr>& sm,
                                              const Sm90Descriptors<Tr>& desc, const Sm90Work& w, uint32_t copies,
                                              RingSlot<Tr::kStages>& slot, uint32_t& q_parity,
-                                             const IssueOrder& schedule, int warp, int lane) {
+                                             const IssueOrder<Tr::kConsumerGroups>& schedule, int warp, int lane) {
   const DeviceTilePlanView& plan = p.plan;
   const int64_t tiles_per_block = plan.blocks.block_k / Tr::kBlockN;
   const PatternExpr& expr = p.mask.exprs != nullptr ? *p.mask.expr_for_head(w.h, p.q_heads) : kNoPatternExpr;
@@ -487,7 +492,7 @@ template <typename Tr>
 __device__ __forceinline__ void consume_unit_two_scores(const FwdParams& p, const Sm90Smem<Tr>& sm,
                                                         const Sm90Descriptors<Tr>& desc, const Sm90Work& w,
                                                         uint32_t copies, RingSlot<Tr::kStages>& slot,
-                                                        uint32_t& q_parity, const IssueOrder& schedule, int warp,
+                                                        uint32_t& q_parity, const IssueOrder<Tr::kConsumerGroups>& schedule, int warp,
                                                         int lane) {
   static_assert(Tr::kStages >= 3, "tiles n - 1, n and n + 1 hold a stage each");
   const DeviceTilePlanView& plan = p.plan;
@@ -598,7 +603,7 @@ __device__ __forceinline__ void consume(const FwdParams& p, const Sm90Smem<Tr>& 
   const Sm90Descriptors<Tr> desc(sm, group);
   RingSlot<Tr::kStages> slot;
   uint32_t q_parity = 0;
-  const IssueOrder schedule{group};
+  const IssueOrder<Tr::kConsumerGroups> schedule{group};
   schedule.start();
   UnitRing<Tr> ring;
   for (UnitPlace place = ring.take(sm); place.item != kNoItem; place = ring.take(sm)) {

@@ -1,10 +1,11 @@
 // cuda/fwd_sm90/fwd_sm90_traits.cuh - tile shapes, warp roles and the
 // shared-memory layout of the Hopper forward kernel.
 //
-// A CTA computes a 128-row query tile against key tiles of 128 keys (64 at
-// head dim 256, sm90_tile in fwd_sm90.hpp) with three warpgroups: warpgroup 0
-// is the producer (one thread issues the TMA copies; it keeps few
-// registers), warpgroups 1 and 2 are consumers, each owning 64 query rows
+// A CTA computes a query tile of 64 rows per consumer warpgroup against key
+// tiles of 128 keys (64 at head dim 256; the tiles in fwd_sm90.hpp):
+// warpgroup 0 is the producer (one thread issues the TMA copies; it keeps few
+// registers), the others are consumers (two, or three on the 192-row tile at
+// head dims up to 64), each owning 64 query rows
 // (one wgmma m64 tile; warp w of the pair owns rows 16 w .. 16 w + 15 in the
 // m16n8 accumulator layout, so the shared mask and softmax code of the sm80
 // kernel applies with kMAtoms = 1, kNAtoms = kBlockN / 8).
@@ -22,13 +23,13 @@
 
 namespace spattn::cuda_detail {
 
-template <typename T_, int kHeadDim_>
+template <typename T_, int kHeadDim_, int kConsumerGroups_ = 2>
 struct Sm90Traits {
   using T = T_;
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kBlockM = 128;  // query rows per CTA
+  static constexpr int kConsumerGroups = kConsumerGroups_;
+  static constexpr int kBlockM = 64 * kConsumerGroups;  // query rows per CTA
   static constexpr int kBlockN = kHeadDim_ > 128 ? 64 : 128;  // keys per tile
-  static constexpr int kConsumerGroups = 2;
   static constexpr int kConsumerThreads = kConsumerGroups * 128;
   static constexpr int kThreads = 128 + kConsumerThreads;
   static constexpr int kGroupRows = kBlockM / kConsumerGroups;  // rows of one wgmma m64 tile
@@ -37,19 +38,25 @@ struct Sm90Traits {
   static constexpr int kNAtoms = kBlockN / 8;
   static constexpr int kDAtoms = kHeadDim / 8;
   static constexpr int kStages = kHeadDim <= 64 ? 5 : 2;  // D = 128: 3 stages ran 0.4-1.9% slower (same-run A/B)
+  static_assert(kConsumerGroups == 2 || (kConsumerGroups == 3 && kHeadDim <= 64),
+                "three consumer groups fit the registers at head dims up to 64");
   // Two score tiles in registers for units whose tiles are all full
   // (consume_unit_two_scores) where the exponentials of a tile take as long
-  // as its products; at D = 128 the second tile does not fit beside O.
-  static constexpr bool kTwoScoreTiles = kHeadDim <= 64;
+  // as its products; at D = 128 the second tile does not fit beside O, nor
+  // with three consumer groups (which hide one group's exponentials behind
+  // the other two groups' products instead).
+  static constexpr bool kTwoScoreTiles = kHeadDim <= 64 && kConsumerGroups == 2;
   static constexpr int kExp2PolyEvery = kHeadDim <= 64 ? 8 : 0;  // online_softmax.cuh: helps at D = 64 only
-  // Registers per thread after setmaxnreg, within the CTA's pool of 384 x 168
-  // (the launch bound's count; a larger total would leave setmaxnreg waiting
-  // forever): 128 x 40 + 256 x 232 = 64512. With 24 for the producer, which
-  // locates and hands over the work units, it spilled in its tile loop; at
-  // 40 it keeps one word (the grid size) in local memory, reloaded once per
-  // unit. The consumers fit 232.
-  static constexpr int kProducerRegisters = 40;
-  static constexpr int kConsumerRegisters = 232;
+  // Registers per thread after setmaxnreg, within the CTA's pool (the launch
+  // bound's count; a larger total would leave setmaxnreg waiting forever).
+  // Two consumer groups: 384 x 168, as 128 x 40 + 256 x 232 = 64512. With 24
+  // for the producer, which locates and hands over the work units, it spilled
+  // in its tile loop; at 40 it keeps one word (the grid size) in local
+  // memory, reloaded once per unit. The consumers fit 232. Three groups:
+  // 512 x 128, as 128 x 32 + 384 x 160 = 65536 (the consumers spill a few
+  // words: one score tile, P and an O of 32 registers at D = 64).
+  static constexpr int kProducerRegisters = kConsumerGroups == 2 ? 40 : 32;
+  static constexpr int kConsumerRegisters = kConsumerGroups == 2 ? 232 : 160;
   static constexpr int kRegisterPool = kThreads * (65536 / kThreads / 8 * 8);  // launch bound: one CTA per SM
   static_assert(128 * kProducerRegisters + kConsumerThreads * kConsumerRegisters <= kRegisterPool,
                 "setmaxnreg stays within the CTA's register pool");

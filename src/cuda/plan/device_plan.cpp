@@ -169,6 +169,7 @@ DeviceTilePlanView device_tile_plan(const BlockMask& mask, TileShape tile, cudaS
   view.num_slots = host.num_slots;
   view.num_q_tiles = ceil_div(mask.q_len(), tile.rows);
   view.num_k_tiles = ceil_div(mask.k_len(), tile.cols);
+  view.tile_rows = tile.rows;
   view.tile_cols = tile.cols;
   check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize after the tile plan upload");
   d.tile_plans.push_back(std::move(e));

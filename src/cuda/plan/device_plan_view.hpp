@@ -44,6 +44,7 @@ struct DeviceTilePlanView {
   int64_t num_slots = 0;  // partial-result slots of split rows
   int64_t num_q_tiles = 0;
   int64_t num_k_tiles = 0;
+  int64_t tile_rows = 0;  // query rows per kernel tile the plan was made for
   int64_t tile_cols = 0;  // keys per kernel tile the plan was made for
 };
 

@@ -26,19 +26,29 @@ int32_t log2_exact(int64_t x) {
 
 bool is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
 
-bool fits_side(int64_t block, int64_t side) {
-  return block % side == 0 || (side % block == 0 && is_pow2(block));
+// A power-of-two block fits any side (a tile side of 192 takes blocks of 128
+// or 256 as 64-row sub-blocks, below); any other block only a side it is a
+// multiple of.
+bool fits_side(int64_t block, int64_t side) { return block % side == 0 || is_pow2(block); }
+
+// The side of the sub-blocks a block splits a tile side into: the largest
+// power of two dividing both (for a power-of-two side, the smaller of the two).
+int64_t sub_side(int64_t block, int64_t side) {
+  int64_t s = 1;
+  while (block % (2 * s) == 0 && side % (2 * s) == 0) s *= 2;
+  return s;
 }
 
 bool is_direct(const BlockMask& mask, TileShape tile) {
   return mask.block_q() % tile.rows == 0 && mask.block_k() % tile.cols == 0;
 }
 
-// Sub-block sizes inside one tile: the mask block, capped by the tile side.
+// Sub-block sizes inside one tile (sub_side): the mask block, capped by the
+// tile side, or 64 rows where 128- or 256-row blocks meet a 192-row tile.
 SubBlockGrid sub_grid(const BlockMask& mask, TileShape tile) {
   SubBlockGrid g;
-  g.row_shift = log2_exact(std::min(mask.block_q(), tile.rows));
-  g.col_shift = log2_exact(std::min(mask.block_k(), tile.cols));
+  g.row_shift = log2_exact(sub_side(mask.block_q(), tile.rows));
+  g.col_shift = log2_exact(sub_side(mask.block_k(), tile.cols));
   g.cols = static_cast<int32_t>(tile.cols >> g.col_shift);
   return g;
 }
@@ -77,7 +87,11 @@ void derive(const BlockMask& mask, TileShape tile, HostTilePlan& plan) {
       const int64_t r0 = first_row / bq;
       const int64_t r1 = std::min((first_row + tile.rows - 1) / bq, view.num_q_blocks - 1);
       for (int64_t r = r0; r <= r1; ++r) {
-        const int64_t sr = bq >= tile.rows ? 0 : r - first_row / bq;
+        // The tile's sub-rows inside mask row r, as bits of sub-block column 0.
+        const int64_t sr0 = (std::max(r * bq, first_row) - first_row) >> plan.sub.row_shift;
+        const int64_t sr1 = (std::min((r + 1) * bq, first_row + tile.rows) - 1 - first_row) >> plan.sub.row_shift;
+        uint64_t rows_bits = 0;
+        for (int64_t sr = sr0; sr <= sr1; ++sr) rows_bits |= uint64_t{1} << (sr * plan.sub.cols);
         const int64_t row = view.row(g, r);
         for (int64_t at = view.row_begin(row); at < view.row_end(row); ++at) {
           const int64_t kb = view.kv_indices[at];
@@ -85,7 +99,7 @@ void derive(const BlockMask& mask, TileShape tile, HostTilePlan& plan) {
           const int64_t u1 = std::min(((kb + 1) * bk - 1) / tile.cols, num_k_tiles - 1);
           for (int64_t u = u0; u <= u1; ++u) {
             const int64_t sc = bk >= tile.cols ? 0 : kb - u * (tile.cols / bk);
-            const uint64_t bit = uint64_t{1} << (sr * plan.sub.cols + sc);
+            const uint64_t bit = rows_bits << sc;
             if (present[u] == 0) touched.push_back(static_cast<int32_t>(u));
             present[u] |= bit;
             if (view.kv_full[at]) full[u] |= bit;
@@ -170,7 +184,7 @@ void split_and_order(const BlockMask& mask, TileShape tile, HostTilePlan& plan) 
 }
 
 int64_t sub_blocks_per_tile(const BlockMask& mask, TileShape tile) {
-  return (tile.rows / std::min(mask.block_q(), tile.rows)) * (tile.cols / std::min(mask.block_k(), tile.cols));
+  return (tile.rows / sub_side(mask.block_q(), tile.rows)) * (tile.cols / sub_side(mask.block_k(), tile.cols));
 }
 
 }  // namespace
@@ -183,9 +197,9 @@ bool tile_fits(const BlockMask& mask, TileShape tile) {
 
 void check_tile_fit(const BlockMask& mask, TileShape tile) {
   require(fits_side(mask.block_q(), tile.rows), "CUDA backend: mask block_q must be a multiple of ",
-          tile.rows, " or a power of two dividing it, got ", mask.block_q());
+          tile.rows, " or a power of two, got ", mask.block_q());
   require(fits_side(mask.block_k(), tile.cols), "CUDA backend: mask block_k must be a multiple of ",
-          tile.cols, " or a power of two dividing it, got ", mask.block_k());
+          tile.cols, " or a power of two, got ", mask.block_k());
   const int64_t subs = sub_blocks_per_tile(mask, tile);
   require(subs <= 64, "CUDA backend: mask blocks of ", mask.block_q(), " x ", mask.block_k(),
           " split a ", tile.rows, " x ", tile.cols, " kernel tile into ", subs,

@@ -250,6 +250,7 @@ void DynamicAttention::attend(const FwdParams& batch_params, DType dtype, cudaSt
     p.plan.num_items = items_per_batch;
     p.plan.num_q_tiles = num_q_tiles_;
     p.plan.num_k_tiles = num_k_tiles_;
+    p.plan.tile_rows = tile_.rows;
     p.plan.tile_cols = tile_.cols;
     if (sm90_)
       run_fwd_sm90(p, dtype, stream);

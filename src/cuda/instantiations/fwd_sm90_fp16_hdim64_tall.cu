@@ -1,0 +1,8 @@
+// cuda/instantiations/fwd_sm90_fp16_hdim64_tall.cu - the Hopper forward kernel for
+// fp16 inputs and head dim 64 on the tall tile (three consumer warpgroups, kSm90TallTile;
+// sm_90a only; one instantiation per file).
+#include "cuda/fwd_sm90/fwd_sm90_launch.cuh"
+
+namespace spattn::cuda_detail {
+template void launch_fwd_sm90<__half, 64, 3>(const FwdParams& p, cudaStream_t stream);
+}  // namespace spattn::cuda_detail

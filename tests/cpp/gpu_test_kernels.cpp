@@ -28,26 +28,13 @@ class GpuKernels : public ForcedKernelTest {};
 
 TEST_P(GpuKernels, EveryPatternBothDtypesBothHeadDims) {
   std::mt19937_64 rng(2101);
-  const int64_t L = 1000, heads = 4;
-  std::vector<Case> cases = {
-      dense_case(false), causal_case(), block_diagonal_case(100, false), sliding_window_case(64, 32, false),
-      window_case(200), streaming_case(16, 100), strided_case(37), fixed_case(64, 8),
-      bigbird_case(L, 64, 3, 1, 3, 7, false), longformer_case(64, {0, 500, 999}, false),
-      custom_case(rng, L, L, heads, 64, 64, 0.3, false, false),
-      per_head_case({streaming_case(8, 50), dense_case(true)}, heads)};
   uint64_t seed = 2200;
-  for (const Case& c : cases)
-    for (DType dtype : {DType::BF16, DType::F16})
-      for (int64_t d : {64, 128}) {
-        GpuProblem pr;
-        pr.pattern = c.pattern;
-        pr.dtype = pr.out_dtype = dtype;
-        pr.q_heads = pr.kv_heads = heads;
-        pr.q_len = pr.k_len = L;
-        pr.head_dim = d;
-        pr.block_q = pr.block_k = 64;
-        expect_matches_reference(pr, seed++);
-      }
+  for (GpuProblem pr : pattern_problems(every_pattern_cases(rng)))
+    for (int64_t d : {64, 128}) {
+      pr.head_dim = d;
+      pr.block_q = pr.block_k = 64;
+      expect_matches_reference(pr, seed++);
+    }
 }
 
 // Head dim 256 runs the sm90 kernel on its narrow (128 x 64) tile: patterns
@@ -128,44 +115,12 @@ TEST_P(GpuKernels, ManyUnitsPerMultiprocessorAtHeadDim64) {
 
 TEST_P(GpuKernels, OddLengthsAndUnequalLengths) {
   uint64_t seed = 2300;
-  for (int64_t L : {1, 17, 1000, 4099})
-    for (const Pattern& pattern : {Pattern::causal(), Pattern::sliding_window(257), Pattern::dense()}) {
-      GpuProblem pr;
-      pr.pattern = pattern;
-      pr.q_heads = pr.kv_heads = 1;
-      pr.q_len = pr.k_len = L;
-      pr.head_dim = seed % 2 ? 64 : 128;
-      expect_matches_reference(pr, seed++);
-    }
-  // Lq > Lk gives causal rows before position 0: no allowed key, O = 0, LSE = -inf.
-  for (auto [lq, lk] : {std::pair<int64_t, int64_t>{300, 1000}, {1000, 300}, {129, 65}, {65, 129}, {1, 4099}})
-    for (const Pattern& pattern : {Pattern::causal(), Pattern::streaming(4, 64), Pattern::dense()}) {
-      GpuProblem pr;
-      pr.pattern = pattern;
-      pr.q_len = lq;
-      pr.k_len = lk;
-      pr.head_dim = 128;
-      pr.dtype = pr.out_dtype = seed % 2 ? DType::F16 : DType::BF16;
-      expect_matches_reference(pr, seed++);
-    }
+  for (const GpuProblem& pr : odd_and_unequal_length_problems()) expect_matches_reference(pr, seed++);
 }
 
 TEST_P(GpuKernels, GroupedQueryHeadsBatchesAndLayouts) {
   uint64_t seed = 2400;
-  for (int64_t kv_heads : {8, 2, 1})
-    for (Layout layout : {Layout::BHLD, Layout::BLHD})
-      for (const Pattern& pattern : {Pattern::causal(), Pattern::sliding_window(100, 30)}) {
-        GpuProblem pr;
-        pr.pattern = pattern;
-        pr.batch = 2;
-        pr.q_heads = 8;
-        pr.kv_heads = kv_heads;
-        pr.q_len = pr.k_len = 390;
-        pr.layout = layout;
-        pr.head_dim = 128;
-        pr.out_dtype = seed % 3 == 0 ? DType::F32 : pr.dtype;
-        expect_matches_reference(pr, seed++);
-      }
+  for (const GpuProblem& pr : grouped_query_problems()) expect_matches_reference(pr, seed++);
 }
 
 // Mask blocks 16..256 on both sides at head dims 128 and 64 (the sm80
@@ -296,19 +251,7 @@ TEST_P(GpuKernels, EveryUnitOrder) {
   for (UnitOrder order : {UnitOrder::kItemMajor, UnitOrder::kCopyMajor, UnitOrder::kCopyMajorBanded}) {
     SCOPED_TRACE("unit order " + std::to_string(static_cast<int>(order)));
     const ForcedUnitOrder forced(order);
-    GpuProblem gqa;
-    gqa.pattern = Pattern::causal();
-    gqa.batch = 2;
-    gqa.q_heads = 4;
-    gqa.kv_heads = 2;
-    gqa.q_len = gqa.k_len = 1000;
-    gqa.block_q = gqa.block_k = 64;
-    expect_matches_reference(gqa, seed++);
-    expect_matches_reference(split_rows_problem(split_row_patterns()[1], DType::BF16), seed++);
-    GpuProblem mixed = gqa;
-    mixed.pattern = per_head_case({streaming_case(8, 50), dense_case(true)}, 4).pattern;
-    mixed.head_dim = 128;
-    expect_matches_reference(mixed, seed++);
+    for (const GpuProblem& pr : unit_order_problems()) expect_matches_reference(pr, seed++);
   }
 }
 
@@ -344,59 +287,23 @@ class GpuSm90TallTile : public ::testing::Test {
 
 TEST_F(GpuSm90TallTile, EveryPatternBothDtypesBothBlockRows) {
   std::mt19937_64 rng(2701);
-  const int64_t L = 1000, heads = 4;
-  const std::vector<Case> cases = {
-      dense_case(false), causal_case(), block_diagonal_case(100, false), sliding_window_case(64, 32, false),
-      window_case(200), streaming_case(16, 100), strided_case(37), fixed_case(64, 8),
-      bigbird_case(L, 64, 3, 1, 3, 7, false), longformer_case(64, {0, 500, 999}, false),
-      custom_case(rng, L, L, heads, 64, 64, 0.3, false, false),
-      per_head_case({streaming_case(8, 50), dense_case(true)}, heads)};
   uint64_t seed = 2700;
-  for (const Case& c : cases)
-    for (DType dtype : {DType::BF16, DType::F16})
-      for (int64_t block : {64, 128}) {
-        GpuProblem pr;
-        pr.pattern = c.pattern;
-        pr.dtype = pr.out_dtype = dtype;
-        pr.q_heads = pr.kv_heads = heads;
-        pr.q_len = pr.k_len = L;
-        pr.block_q = pr.block_k = block;
-        expect_matches_reference(pr, seed++);
-      }
+  for (GpuProblem pr : pattern_problems(every_pattern_cases(rng)))
+    for (int64_t block : {64, 128}) {
+      pr.block_q = pr.block_k = block;
+      expect_matches_reference(pr, seed++);
+    }
 }
 
 TEST_F(GpuSm90TallTile, ShapesBlocksAndOrders) {
   std::mt19937_64 rng(2801);
   uint64_t seed = 2800;
-  for (int64_t L : {1, 17, 1000, 4099})
-    for (const Pattern& pattern : {Pattern::causal(), Pattern::sliding_window(257), Pattern::dense()}) {
-      GpuProblem pr;
-      pr.pattern = pattern;
-      pr.q_heads = pr.kv_heads = 1;
-      pr.q_len = pr.k_len = L;
-      expect_matches_reference(pr, seed++);
-    }
-  for (auto [lq, lk] : {std::pair<int64_t, int64_t>{300, 1000}, {1000, 300}, {193, 65}, {65, 193}, {1, 4099}})
-    for (const Pattern& pattern : {Pattern::causal(), Pattern::streaming(4, 64), Pattern::dense()}) {
-      GpuProblem pr;
-      pr.pattern = pattern;
-      pr.q_len = lq;
-      pr.k_len = lk;
-      pr.dtype = pr.out_dtype = seed % 2 ? DType::F16 : DType::BF16;
-      expect_matches_reference(pr, seed++);
-    }
-  for (int64_t kv_heads : {8, 2, 1})
-    for (Layout layout : {Layout::BHLD, Layout::BLHD}) {
-      GpuProblem pr;
-      pr.pattern = kv_heads == 2 ? Pattern::sliding_window(100, 30) : Pattern::causal();
-      pr.batch = 2;
-      pr.q_heads = 8;
-      pr.kv_heads = kv_heads;
-      pr.q_len = pr.k_len = 390;
-      pr.layout = layout;
-      pr.out_dtype = seed % 3 == 0 ? DType::F32 : pr.dtype;
-      expect_matches_reference(pr, seed++);
-    }
+  std::vector<GpuProblem> problems = odd_and_unequal_length_problems();
+  for (const GpuProblem& pr : grouped_query_problems()) problems.push_back(pr);
+  for (GpuProblem& pr : problems) {
+    pr.head_dim = 64;
+    expect_matches_reference(pr, seed++);
+  }
   for (int64_t bq : {16, 64, 128, 256})
     for (int64_t bk : {16, 64, 128, 256})
       for (const GpuProblem& pr : mask_block_problems(bq, bk, rng)) expect_matches_reference(pr, seed++);
@@ -418,14 +325,10 @@ TEST_F(GpuSm90TallTile, ShapesBlocksAndOrders) {
   for (UnitOrder order : {UnitOrder::kItemMajor, UnitOrder::kCopyMajor, UnitOrder::kCopyMajorBanded}) {
     SCOPED_TRACE("unit order " + std::to_string(static_cast<int>(order)));
     const ForcedUnitOrder forced(order);
-    GpuProblem gqa;
-    gqa.pattern = Pattern::causal();
-    gqa.batch = 2;
-    gqa.q_heads = 4;
-    gqa.kv_heads = 2;
-    gqa.q_len = gqa.k_len = 1000;
-    expect_matches_reference(gqa, seed++);
-    expect_matches_reference(split_rows_problem(split_row_patterns()[1], DType::BF16), seed++);
+    for (GpuProblem pr : unit_order_problems()) {
+      pr.head_dim = 64;
+      expect_matches_reference(pr, seed++);
+    }
   }
 }
 

@@ -260,8 +260,8 @@ void cuda_prepare_mask(const BlockMask& mask) {
   if (cuda_kernel() != CudaKernel::Sm80 && cuda_detail::fwd_sm90_available()) {
     for (const cuda_detail::TileShape tile : {cuda_detail::kSm90WideTile, cuda_detail::kSm90NarrowTile})
       if (cuda_detail::tile_fits(mask, tile)) prepare(tile, true);
-    // The tall tile's plan beside the wide one's (sm90_tall_tile compares them); it makes no split.
-    if (cuda_detail::tile_fits(mask, cuda_detail::kSm90TallTile)) prepare(cuda_detail::kSm90TallTile, false);
+    // The tall tile's plan where calls take it (varlen calls: they make no dilated split).
+    if (cuda_detail::sm90_tall_tile(mask, false)) prepare(cuda_detail::kSm90TallTile, false);
   }
 }
 
@@ -274,7 +274,7 @@ void cuda_attention(const TensorView& q, const TensorView& k, const TensorView& 
     cuda_detail::check_fwd_sm80_head_dim(p.head_dim);
     cuda_detail::check_tile_fit(mask, cuda_detail::kSm80NarrowTile);
   }
-  const cuda_detail::TileShape tile = cuda_detail::call_tile(sm90, p.head_dim, mask, true, s);
+  const cuda_detail::TileShape tile = cuda_detail::call_tile(sm90, p.head_dim, mask, true);
   // The split's full runs depend on the tile (dilated_split.hpp), so it is made for the chosen kernel.
   const std::shared_ptr<const cuda_detail::DilatedSplit> split = cuda_detail::dilated_split(mask, tile);
   if (split && split->query_heads == p.q_heads) return run_dilated_split(*split, p, q.dtype, sm90, tile, s);
@@ -308,7 +308,7 @@ void cuda_attention_varlen(const TensorView& q, const TensorView& k, const Tenso
   p.varlen.total_k = k.seq_len();
   const auto s = static_cast<cudaStream_t>(stream);
   p.mask = cuda_detail::device_mask(mask, s);
-  const cuda_detail::TileShape tile = cuda_detail::call_tile(sm90, p.head_dim, mask, false, s);
+  const cuda_detail::TileShape tile = cuda_detail::call_tile(sm90, p.head_dim, mask, false);
   p.plan = cuda_detail::device_tile_plan(mask, tile, s);
   run_fused(p, q.dtype, sm90, tile, s);
 }

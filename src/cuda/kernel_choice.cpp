@@ -84,10 +84,9 @@ bool sm80_wide_tile(const BlockMask& mask, bool dilated_splits) {
 
 namespace {
 
-// Pairs a plan computes: its entries times the pairs of the tiles each covers.
-double plan_pairs(const DeviceTilePlanView& plan, TileShape tile) {
-  const int64_t tiles_per_entry = plan.sub_present != nullptr ? 1 : plan.blocks.block_k / tile.cols;
-  return static_cast<double>(plan.total_item_entries) * static_cast<double>(tiles_per_entry * tile.rows * tile.cols);
+// Pairs the plan of `tile` computes: its key tiles times the tile's pairs.
+double plan_pairs(const BlockMask& mask, TileShape tile) {
+  return static_cast<double>(plan_key_tiles(mask, tile)) * static_cast<double>(tile.rows * tile.cols);
 }
 
 // The tall tile's plan may compute this much more than the 128-row tile's
@@ -100,29 +99,24 @@ std::atomic<int>& forced_tall_tile() {
   return forced;
 }
 
-// Whether the sm90 kernel's tall tile runs a call on `mask`: the blocks fit
-// it, the call makes no dilated split of the mask (its passes keep the
-// 128-row tile), and its plan computes at most kTallTileWorkSlack times the
-// pairs of the 128-row tile's (unless forced). Both plans stay cached with
-// the mask.
-bool sm90_tall_tile(const BlockMask& mask, bool dilated_splits, cudaStream_t stream) {
+}  // namespace
+
+bool sm90_tall_tile(const BlockMask& mask, bool dilated_splits) {
   const int forced = forced_tall_tile().load();
-  if (forced == 0 || !tile_fits(mask, kSm90TallTile) || (dilated_splits && dilated_split(mask, kSm90WideTile)))
+  if (forced == 0 || !tile_fits(mask, kSm90TallTile) || !tile_fits(mask, kSm90WideTile) ||
+      (dilated_splits && dilated_split(mask, kSm90WideTile)))
     return false;
   if (forced == 1) return true;
-  return plan_pairs(device_tile_plan(mask, kSm90TallTile, stream), kSm90TallTile) <=
-         kTallTileWorkSlack * plan_pairs(device_tile_plan(mask, kSm90WideTile, stream), kSm90WideTile);
+  return plan_pairs(mask, kSm90TallTile) <= kTallTileWorkSlack * plan_pairs(mask, kSm90WideTile);
 }
-
-}  // namespace
 
 std::optional<bool> force_sm90_tall_tile(std::optional<bool> tall) {
   const int before = forced_tall_tile().exchange(tall ? static_cast<int>(*tall) : -1);
   return before < 0 ? std::nullopt : std::optional<bool>(before == 1);
 }
 
-TileShape call_tile(bool sm90, int64_t head_dim, const BlockMask& mask, bool dilated_splits, cudaStream_t stream) {
-  if (sm90 && sm90_tall_head_dim(head_dim) && sm90_tall_tile(mask, dilated_splits, stream)) return kSm90TallTile;
+TileShape call_tile(bool sm90, int64_t head_dim, const BlockMask& mask, bool dilated_splits) {
+  if (sm90 && sm90_tall_head_dim(head_dim) && sm90_tall_tile(mask, dilated_splits)) return kSm90TallTile;
   const bool wide = !sm90 && sm80_wide_head_dim(head_dim) && sm80_wide_tile(mask, dilated_splits);
   return kernel_tile(sm90, head_dim, wide);
 }

@@ -3,8 +3,6 @@
 // (select/dynamic_attention.cu).
 #pragma once
 
-#include <cuda_runtime_api.h>
-
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -34,11 +32,19 @@ TileShape kernel_tile(bool sm90, int64_t head_dim, bool sm80_wide_fits);
 // (`dilated_splits`), the mask has none.
 bool sm80_wide_tile(const BlockMask& mask, bool dilated_splits);
 
+// Whether the sm90 kernel runs a call on `mask` at a head dim of
+// sm90_tall_head_dim on its tall tile (fwd_sm90.hpp): the blocks fit it and
+// the 128-row tile (the kernel's own, sm90_tile),
+// where the call makes dilated splits (`dilated_splits`) the mask has none
+// (their passes keep the 128-row tile), and the tall tile's plan computes at
+// most 5% more pairs than the 128-row tile's (both counted on the host once
+// per mask, plan_key_tiles), unless force_sm90_tall_tile says otherwise.
+bool sm90_tall_tile(const BlockMask& mask, bool dilated_splits);
+
 // The tile an attention call on `mask` runs (its plan is made for it): the
-// sm90 kernel's tall tile where it pays (fwd_sm90.hpp; this compares the
-// pairs of the tall and the 128-row plan, made on `stream` on first use),
-// else kernel_tile with sm80_wide_tile.
-TileShape call_tile(bool sm90, int64_t head_dim, const BlockMask& mask, bool dilated_splits, cudaStream_t stream);
+// sm90 kernel's tall tile where sm90_tall_tile, else kernel_tile with
+// sm80_wide_tile.
+TileShape call_tile(bool sm90, int64_t head_dim, const BlockMask& mask, bool dilated_splits);
 
 // Forces the sm90 tall-tile choice of call_tile: true takes the tall tile
 // wherever the blocks fit it and the call makes no dilated split of the mask,

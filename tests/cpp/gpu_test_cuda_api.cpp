@@ -16,7 +16,6 @@
 #include "cuda/common/excluded_keys.hpp"
 #include "cuda/common/row_key_bits.hpp"
 #include "cuda/common/work_units.hpp"
-#include "cuda/fwd_sm90/fwd_sm90.hpp"
 #include "cuda/kernel_choice.hpp"
 #include "cuda/plan/dilated_split.hpp"
 #include "cuda/plan/tile_plan.hpp"
@@ -346,6 +345,8 @@ TEST(CudaTilePlan, AgreesWithTheMaskForEveryBlockSize) {
         ASSERT_TRUE(cuda_detail::tile_fits(mask, tile));
         const HostTilePlan plan = cuda_detail::make_tile_plan(mask, tile);
         EXPECT_EQ(plan.derived, bq % tile.rows != 0 || bk % tile.cols != 0);
+        EXPECT_EQ(cuda_detail::tile_plan_key_tiles(mask, tile),
+                  plan.total_item_entries * (plan.derived ? 1 : bk / tile.cols));
         int64_t mismatches = 0;
         for (int64_t h = 0; h < mask.num_heads(); ++h)
           for (int64_t i = 0; i < lq; ++i)
@@ -765,6 +766,12 @@ TEST(CudaBackend, AttentionCallCapturedInAGraph) {
   // A dilated split without a caller's LSE: gather, two passes, merge, scratch.
   expect_graph_replay_matches(Pattern::unite(Pattern::dilated({256}, {4}, true), Pattern::sliding_window(64)),
                               1000, 4);
+  // Dense over 1152 tokens: on an sm90 device the call takes the tall tile on
+  // its own (six 192-row tiles, as much work as nine of 128 rows).
+  EXPECT_EQ(cuda_detail::call_tile(true, 64, BlockMask::build(Pattern::dense(), MaskShape{1152, 1152, 64, 64, 2}), true)
+                .rows,
+            192);
+  expect_graph_replay_matches(Pattern::dense(), 1152, 2);
 }
 
 TEST(CudaBackend, CaptureWithoutAPreparedMaskIsRefused) {
@@ -788,14 +795,12 @@ TEST(CudaBackend, CaptureWithoutAPreparedMaskIsRefused) {
 // call at head dims up to 64 where its plan computes at most 5% more pairs
 // than the 128-row tile's: dense and long causal masks, not BigBird (whose
 // 192-row tiles join the random blocks of two mask rows), not blocks of
-// 16 x 16 (96 sub-blocks), not a dilated split's passes, not D = 128.
-TEST(CudaBackend, TallTileWhereItCostsNoMoreWork) {
-  SPATTN_REQUIRE_GPU();
-  if (!cuda_sm90_kernel_available() || !cuda_detail::fwd_sm90_supports_head_dim(64))
-    GTEST_SKIP() << "no sm90 kernel for head dim 64 on this device and build";
+// 16 x 16 (96 sub-blocks), not a call that makes a dilated split (a varlen
+// call makes none), not D = 128. Host-only: the choice needs no device.
+TEST(CudaTilePlan, TallTileWhereItCostsNoMoreWork) {
   const auto tile_of = [](const Pattern& pattern, int64_t len, int64_t block, int64_t head_dim, bool splits) {
     const BlockMask mask = BlockMask::build(pattern, MaskShape{len, len, block, block, 1});
-    const TileShape t = cuda_detail::call_tile(true, head_dim, mask, splits, nullptr);
+    const TileShape t = cuda_detail::call_tile(true, head_dim, mask, splits);
     return std::to_string(t.rows) + "x" + std::to_string(t.cols);
   };
   EXPECT_EQ(tile_of(Pattern::dense(), 4096, 128, 64, true), "192x128");
@@ -807,6 +812,16 @@ TEST(CudaBackend, TallTileWhereItCostsNoMoreWork) {
   EXPECT_EQ(tile_of(Pattern::causal(), 16384, 128, 128, true), "128x128");
   const Pattern dilated = Pattern::unite(Pattern::dilated({2048}, {4}, true), Pattern::sliding_window(512));
   EXPECT_EQ(tile_of(dilated, 16384, 128, 64, true), "128x128");
+  // Forced: wherever the blocks fit, the call making no dilated split; or never.
+  {
+    const ForcedTallTile always(true);
+    EXPECT_EQ(tile_of(Pattern::bigbird(4096, 128, 3, 1, 3, 0), 4096, 128, 64, true), "192x128");
+    EXPECT_EQ(tile_of(Pattern::causal(), 4096, 16, 64, true), "128x128");
+    EXPECT_EQ(tile_of(dilated, 16384, 128, 64, true), "128x128");
+    EXPECT_EQ(tile_of(dilated, 16384, 128, 64, false), "192x128");
+  }
+  const ForcedTallTile never(false);
+  EXPECT_EQ(tile_of(Pattern::dense(), 4096, 128, 64, true), "128x128");
 }
 
 TEST(CudaBackend, AttentionDispatchesDevicePointersToCuda) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cuda/fwd_sm90/fwd_sm90.hpp"
+#include "cuda/kernel_choice.hpp"
 #include "gpu_test_problems.hpp"
 #include "gpu_test_support.hpp"
 #include "pattern_cases.hpp"
@@ -280,6 +281,16 @@ class GpuSm90TallTile : public ::testing::Test {
     kernel_.reset();
   }
 
+  // Runs `pr` after checking that it takes the tall tile (all but 16 x 16
+  // blocks, which split the tile into more than 64 sub-blocks).
+  static void expect_tall_matches_reference(const GpuProblem& pr, uint64_t seed) {
+    const BlockMask mask =
+        BlockMask::build(pr.pattern, MaskShape{pr.q_len, pr.k_len, pr.block_q, pr.block_k, pr.q_heads});
+    const bool fits = pr.block_q != 16 || pr.block_k != 16;
+    EXPECT_EQ(cuda_detail::call_tile(true, pr.head_dim, mask, true).rows, fits ? 192 : 128);
+    expect_matches_reference(pr, seed);
+  }
+
  private:
   std::unique_ptr<ForcedKernel> kernel_;
   std::unique_ptr<ForcedTallTile> tall_;
@@ -291,10 +302,12 @@ TEST_F(GpuSm90TallTile, EveryPatternBothDtypesBothBlockRows) {
   for (GpuProblem pr : pattern_problems(every_pattern_cases(rng)))
     for (int64_t block : {64, 128}) {
       pr.block_q = pr.block_k = block;
-      expect_matches_reference(pr, seed++);
+      expect_tall_matches_reference(pr, seed++);
     }
 }
 
+// Also blocks of 384 x 128, which both sm90 tiles walk directly (no derived
+// plan), and GQA problems in each unit order on 128-row blocks.
 TEST_F(GpuSm90TallTile, ShapesBlocksAndOrders) {
   std::mt19937_64 rng(2801);
   uint64_t seed = 2800;
@@ -302,24 +315,30 @@ TEST_F(GpuSm90TallTile, ShapesBlocksAndOrders) {
   for (const GpuProblem& pr : grouped_query_problems()) problems.push_back(pr);
   for (GpuProblem& pr : problems) {
     pr.head_dim = 64;
-    expect_matches_reference(pr, seed++);
+    expect_tall_matches_reference(pr, seed++);
   }
-  for (int64_t bq : {16, 64, 128, 256})
-    for (int64_t bk : {16, 64, 128, 256})
-      for (const GpuProblem& pr : mask_block_problems(bq, bk, rng)) expect_matches_reference(pr, seed++);
+  for (int64_t bq : {16, 32, 64, 128, 256})
+    for (int64_t bk : {16, 32, 64, 128, 256})
+      for (const GpuProblem& pr : mask_block_problems(bq, bk, rng)) expect_tall_matches_reference(pr, seed++);
   GpuProblem empty_rows = rows_without_keys_problem();
-  expect_matches_reference(empty_rows, seed++);
+  expect_tall_matches_reference(empty_rows, seed++);
   empty_rows.out_dtype = DType::F32;
-  expect_matches_reference(empty_rows, seed++);
+  expect_tall_matches_reference(empty_rows, seed++);
   for (const Pattern& pattern : split_row_patterns())
-    expect_matches_reference(split_rows_problem(pattern, DType::BF16), seed++);
+    expect_tall_matches_reference(split_rows_problem(pattern, DType::BF16), seed++);
+  // Scores rising along the row, on 128-row blocks and on 384 x 128 blocks
+  // (which both sm90 tiles walk directly, without a derived plan).
   for (const Pattern& pattern : {Pattern::dense(), Pattern::causal(), Pattern::sliding_window(300, 0)}) {
     GpuProblem pr;
     pr.pattern = pattern;
     pr.q_len = pr.k_len = 1000;
     pr.amplitude = 2.0;
     pr.key_growth = 3.0;
-    expect_matches_reference(pr, seed++);
+    for (const auto& [bq, bk] : std::vector<std::pair<int64_t, int64_t>>{{128, 128}, {384, 128}}) {
+      pr.block_q = bq;
+      pr.block_k = bk;
+      expect_tall_matches_reference(pr, seed++);
+    }
   }
   using cuda_detail::UnitOrder;
   for (UnitOrder order : {UnitOrder::kItemMajor, UnitOrder::kCopyMajor, UnitOrder::kCopyMajorBanded}) {
@@ -327,7 +346,8 @@ TEST_F(GpuSm90TallTile, ShapesBlocksAndOrders) {
     const ForcedUnitOrder forced(order);
     for (GpuProblem pr : unit_order_problems()) {
       pr.head_dim = 64;
-      expect_matches_reference(pr, seed++);
+      pr.block_q = pr.block_k = 128;
+      expect_tall_matches_reference(pr, seed++);
     }
   }
 }

@@ -47,8 +47,9 @@ inline std::vector<GpuProblem> pattern_problems(const std::vector<Case>& cases) 
 
 // Lengths 1, 17, 1000 and 4099 (causal, a window of 257, dense; one head;
 // head dims 128 and 64 in turn), then Lq != Lk both ways at head dim 128 in
-// either dtype: with Lq > Lk causal rows lie before position 0 and have no
-// allowed key (O = 0, LSE = -inf).
+// either dtype (129 and 193: one row into a second 128- or 192-row tile):
+// with Lq > Lk causal rows lie before position 0 and have no allowed key
+// (O = 0, LSE = -inf).
 inline std::vector<GpuProblem> odd_and_unequal_length_problems() {
   std::vector<GpuProblem> problems;
   for (int64_t L : {1, 17, 1000, 4099})
@@ -60,7 +61,8 @@ inline std::vector<GpuProblem> odd_and_unequal_length_problems() {
       pr.head_dim = problems.size() % 2 ? 64 : 128;
       problems.push_back(pr);
     }
-  for (auto [lq, lk] : {std::pair<int64_t, int64_t>{300, 1000}, {1000, 300}, {129, 65}, {65, 129}, {1, 4099}})
+  for (auto [lq, lk] :
+       {std::pair<int64_t, int64_t>{300, 1000}, {1000, 300}, {129, 65}, {65, 129}, {193, 65}, {65, 193}, {1, 4099}})
     for (const Pattern& pattern : {Pattern::causal(), Pattern::streaming(4, 64), Pattern::dense()}) {
       GpuProblem pr;
       pr.pattern = pattern;

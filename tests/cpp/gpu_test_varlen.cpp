@@ -4,9 +4,10 @@
 // the dense oracle in test_varlen.cpp): both dtypes, head dims 64 and 128,
 // GQA, empty, one-token and ragged sequences, chunks of queries after cached
 // keys (Lq(b) < Lk(b)), mask blocks other than the kernel tile, split rows, a
-// head-dependent dilated pattern (run without the permutation), outputs
-// poisoned with NaN before every run. Skips without a
-// device; the sm90 cases skip without an sm90 kernel.
+// head-dependent dilated pattern (run without the permutation), calls
+// captured in a graph, the sm90 kernel's tall tile forced; outputs poisoned
+// with NaN before every run. Skips without a device; the sm90 cases skip
+// without an sm90 kernel.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "cuda/fwd_sm80/fwd_sm80.hpp"
+#include "cuda/fwd_sm90/fwd_sm90.hpp"
 #include "cuda/plan/tile_plan.hpp"
 #include "gpu_test_support.hpp"
 #include "varlen_support.hpp"
@@ -260,6 +262,50 @@ TEST_P(GpuVarlen, CapturedInAGraphAfterPrepare) {
   c.lengths = {2200, 5};
   c.block_q = c.block_k = 64;
   expect_varlen_matches_reference(c, 651, true);
+}
+
+// The sm90 kernel's tall tile (192 x 128, three consumer warpgroups) forced
+// at head dim 64: every varlen pattern in both dtypes on 64- and 128-row
+// blocks, chunks of queries after cached keys (one of 193 queries: a row into
+// a second 192-row tile), split rows, and calls captured in a graph after
+// cuda_prepare_mask, which must make the tall plan.
+TEST(GpuVarlenTallTile, PatternsChunksSplitRowsAndGraphs) {
+  SPATTN_REQUIRE_GPU();
+  if (!cuda_sm90_kernel_available() || !cuda_detail::fwd_sm90_supports_head_dim(64))
+    GTEST_SKIP() << "no sm90 kernel for head dim 64 on this device and build";
+  const ForcedKernel kernel(CudaKernel::Sm90);
+  const ForcedTallTile tall(true);
+  uint64_t seed = 900;
+  for (int64_t block : {64, 128})
+    for (DType dtype : {DType::BF16, DType::F16})
+      for (const Pattern& pattern : varlen_patterns()) {
+        VarlenCase c;
+        c.pattern = pattern;
+        c.dtype = c.out_dtype = dtype;
+        c.block_q = c.block_k = block;
+        expect_varlen_matches_reference(c, seed++);
+      }
+  VarlenCase chunks;
+  chunks.lengths = {100, 1, 17, 0, 1000, 193, 0, 200, 64, 1};
+  chunks.k_lengths = {300, 530, 530, 5, 1000, 256, 0, 713, 1000, 1};
+  for (const Pattern& pattern : varlen_patterns()) {
+    chunks.pattern = pattern;
+    expect_varlen_matches_reference(chunks, seed++);
+  }
+  VarlenCase split;
+  split.pattern = Pattern::longformer(128, {0});
+  split.lengths = {4500, 300, 0, 4100, 17, 2000};
+  split.block_q = split.block_k = 64;
+  split.out_dtype = DType::F32;
+  expect_varlen_matches_reference(split, seed++);
+  VarlenCase graph;
+  graph.pattern = Pattern::unite(Pattern::dilated({256}, {4}, true), Pattern::sliding_window(64));
+  graph.lengths = {700, 1, 300};
+  expect_varlen_matches_reference(graph, seed++, true);
+  graph.pattern = Pattern::longformer(64, {0});
+  graph.lengths = {2200, 5};
+  graph.block_q = graph.block_k = 64;
+  expect_varlen_matches_reference(graph, seed++, true);
 }
 
 // Small enough for compute-sanitizer (scripts/gpu_check.sh, sanitize stage):

@@ -30,8 +30,9 @@ constexpr TileShape sm90_tile(int64_t head_dim) { return head_dim > 128 ? kSm90N
 // products, a second kernel of three consumer warpgroups runs 192 x 128
 // tiles: each group's softmax then runs while the two others' products keep
 // the tensor cores busy (as FlashAttention-3 does there). The call takes it
-// where its plan does not cost more work than the 128-row tile's
-// (cuda_backend.cpp); it takes every power-of-two mask block but 16 x 16.
+// where its plan costs at most 5% more work than the 128-row tile's
+// (sm90_tall_tile in kernel_choice.hpp); it takes every power-of-two mask
+// block but 16 x 16.
 constexpr TileShape kSm90TallTile{192, 128};
 constexpr bool sm90_tall_head_dim(int64_t head_dim) { return head_dim <= 64; }
 
@@ -51,7 +52,7 @@ bool fwd_sm90_supports_head_dim(int64_t head_dim);
 // sm90_tile(p.head_dim) or, where sm90_tall_head_dim, of kSm90TallTile (a
 // dilated split's passes: of the split made for that tile); a varlen batch needs
 // p.varlen.total_q and total_k > 0; p.partial_o / p.partial_lse must hold
-// partial_o_floats / partial_lse_floats(p, sm90_tile(p.head_dim).rows) floats
+// partial_o_floats / partial_lse_floats(p, p.plan.tile_rows) floats
 // (split_combine.hpp) when the plan splits rows.
 void run_fwd_sm90(const FwdParams& p, DType dtype, cudaStream_t stream);
 

@@ -12,7 +12,7 @@
 //
 // Shared memory, every tile in 64-column panels of 128-byte rows with the
 // 128-byte swizzle (what the TMA writes and wgmma reads; ptx_sm90.cuh):
-//   Q            kPanels x (128 rows x 128 B)
+//   Q            kPanels x (kBlockM rows x 128 B)
 //   K, V stage s kPanels x (kBlockN keys x 128 B) each, kStages stages
 //   mbarriers    Q full / Q free, per stage K full, V full, K free, V free,
 //                per unit slot unit full, unit free

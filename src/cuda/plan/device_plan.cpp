@@ -44,12 +44,24 @@ struct MaskCache {
   std::vector<std::unique_ptr<PerDevice>> devices;
   // The dilated split per kernel tile it was made for (null: the pattern has none).
   std::vector<std::pair<TileShape, std::shared_ptr<const DilatedSplit>>> dilated;
+  // plan_key_tiles per kernel tile.
+  std::vector<std::pair<TileShape, int64_t>> key_tiles;
 };
 
 MaskCache& mask_cache(const BlockMask& mask) {
   std::shared_ptr<void>& slot = mask.device_cache();
   if (!slot) slot = std::make_shared<MaskCache>();
   return *static_cast<MaskCache*>(slot.get());
+}
+
+// The value kept for `tile` in `entries` (host values of the mask, one per
+// kernel tile), made by `make` on first use.
+template <typename T, typename Make>
+const T& per_tile(std::vector<std::pair<TileShape, T>>& entries, TileShape tile, const Make& make) {
+  for (const auto& [made_for, value] : entries)
+    if (made_for.rows == tile.rows && made_for.cols == tile.cols) return value;
+  entries.emplace_back(tile, make());
+  return entries.back().second;
 }
 
 std::mutex& cache_mutex() {
@@ -178,11 +190,12 @@ DeviceTilePlanView device_tile_plan(const BlockMask& mask, TileShape tile, cudaS
 
 std::shared_ptr<const DilatedSplit> dilated_split(const BlockMask& mask, TileShape tile) {
   std::lock_guard<std::mutex> lock(cache_mutex());
-  MaskCache& cache = mask_cache(mask);
-  for (const auto& [made_for, split] : cache.dilated)
-    if (made_for.rows == tile.rows && made_for.cols == tile.cols) return split;
-  cache.dilated.emplace_back(tile, make_dilated_split(mask, tile));
-  return cache.dilated.back().second;
+  return per_tile(mask_cache(mask).dilated, tile, [&] { return make_dilated_split(mask, tile); });
+}
+
+int64_t plan_key_tiles(const BlockMask& mask, TileShape tile) {
+  std::lock_guard<std::mutex> lock(cache_mutex());
+  return per_tile(mask_cache(mask).key_tiles, tile, [&] { return tile_plan_key_tiles(mask, tile); });
 }
 
 const int32_t* device_table(const BlockMask& mask, const std::vector<int32_t>& host, cudaStream_t stream) {

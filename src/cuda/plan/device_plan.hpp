@@ -41,6 +41,9 @@ DeviceTilePlanView device_tile_plan(const BlockMask& mask, TileShape tile, cudaS
 // when the pattern has none.
 std::shared_ptr<const DilatedSplit> dilated_split(const BlockMask& mask, TileShape tile);
 
+// tile_plan_key_tiles(mask, tile), counted on first use and kept with the mask.
+int64_t plan_key_tiles(const BlockMask& mask, TileShape tile);
+
 // A table belonging to `mask`'s plan (`host` must live as long as the mask,
 // e.g. inside its dilated split) on the current device, copied once.
 const int32_t* device_table(const BlockMask& mask, const std::vector<int32_t>& host, cudaStream_t stream);

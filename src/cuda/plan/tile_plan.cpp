@@ -210,6 +210,44 @@ void check_tile_fit(const BlockMask& mask, TileShape tile) {
           ") must fit in 32 bits");
 }
 
+int64_t tile_plan_key_tiles(const BlockMask& mask, TileShape tile) {
+  check_tile_fit(mask, tile);
+  const BlockMaskView view = mask.view();
+  const int64_t bq = mask.block_q(), bk = mask.block_k();
+  const int64_t num_q_tiles = ceil_div(mask.q_len(), tile.rows);
+  if (is_direct(mask, tile)) {
+    int64_t entries = 0;
+    for (int64_t g = 0; g < mask.num_heads(); ++g)
+      for (int64_t t = 0; t < num_q_tiles; ++t) {
+        const int64_t r = view.row(g, t * tile.rows / bq);
+        entries += view.row_end(r) - view.row_begin(r);
+      }
+    return entries * (bk / tile.cols);
+  }
+  // Key tiles are counted once per tile row: `seen` holds the last tile row that marked each.
+  const int64_t num_k_tiles = ceil_div(mask.k_len(), tile.cols);
+  std::vector<int64_t> seen(static_cast<size_t>(num_k_tiles), -1);
+  int64_t tiles = 0;
+  for (int64_t g = 0; g < mask.num_heads(); ++g)
+    for (int64_t t = 0; t < num_q_tiles; ++t) {
+      const int64_t tile_row = g * num_q_tiles + t;
+      const int64_t r1 = std::min((t * tile.rows + tile.rows - 1) / bq, view.num_q_blocks - 1);
+      for (int64_t r = t * tile.rows / bq; r <= r1; ++r) {
+        const int64_t row = view.row(g, r);
+        for (int64_t at = view.row_begin(row); at < view.row_end(row); ++at) {
+          const int64_t kb = view.kv_indices[at];
+          const int64_t u1 = std::min(((kb + 1) * bk - 1) / tile.cols, num_k_tiles - 1);
+          for (int64_t u = kb * bk / tile.cols; u <= u1; ++u)
+            if (seen[u] != tile_row) {
+              seen[u] = tile_row;
+              ++tiles;
+            }
+        }
+      }
+    }
+  return tiles;
+}
+
 HostTilePlan make_tile_plan(const BlockMask& mask, TileShape tile) {
   check_tile_fit(mask, tile);
   HostTilePlan plan;

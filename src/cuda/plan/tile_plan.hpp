@@ -98,4 +98,10 @@ bool tile_fits(const BlockMask& mask, TileShape tile);
 
 HostTilePlan make_tile_plan(const BlockMask& mask, TileShape tile);
 
+// The key tiles the plan of `tile` visits over all its rows (its items'
+// entries times the key tiles of an entry: block_k / tile.cols where the
+// plan walks the mask, one where it is derived), counted without making the
+// plan (one pass over the kept blocks). The mask must fit the tile.
+int64_t tile_plan_key_tiles(const BlockMask& mask, TileShape tile);
+
 }  // namespace spattn::cuda_detail

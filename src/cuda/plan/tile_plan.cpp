@@ -80,6 +80,20 @@ void derive(const BlockMask& mask, TileShape tile, HostTilePlan& plan) {
   const int64_t sub_cols = int64_t{1} << plan.sub.col_shift;
   std::vector<uint64_t> present(static_cast<size_t>(num_k_tiles), 0), full(present.size(), 0);
   std::vector<int32_t> touched;
+  // Room for the entries up front (a bound: every mask row's key tiles in
+  // each tile row it meets; reserved pages that stay unused are never touched).
+  int64_t bound = 0;
+  const int64_t tiles_per_block = std::max<int64_t>(1, bk / tile.cols);
+  for (int64_t g = 0; g < mask.num_heads(); ++g)
+    for (int64_t t = 0; t < num_q_tiles; ++t)
+      for (int64_t r = t * tile.rows / bq; r <= std::min((t * tile.rows + tile.rows - 1) / bq, view.num_q_blocks - 1);
+           ++r)
+        bound += (view.row_end(view.row(g, r)) - view.row_begin(view.row(g, r))) * tiles_per_block;
+  plan.kv_indices.reserve(static_cast<size_t>(bound));
+  plan.kv_full.reserve(static_cast<size_t>(bound));
+  plan.sub_present.reserve(static_cast<size_t>(bound));
+  plan.sub_full.reserve(static_cast<size_t>(bound));
+  plan.row_offsets.reserve(static_cast<size_t>(mask.num_heads() * num_q_tiles + 1));
   plan.row_offsets.assign(1, 0);
   for (int64_t g = 0; g < mask.num_heads(); ++g) {
     for (int64_t t = 0; t < num_q_tiles; ++t) {
@@ -93,6 +107,7 @@ void derive(const BlockMask& mask, TileShape tile, HostTilePlan& plan) {
         uint64_t rows_bits = 0;
         for (int64_t sr = sr0; sr <= sr1; ++sr) rows_bits |= uint64_t{1} << (sr * plan.sub.cols);
         const int64_t row = view.row(g, r);
+        const auto row_first = static_cast<std::ptrdiff_t>(touched.size());
         for (int64_t at = view.row_begin(row); at < view.row_end(row); ++at) {
           const int64_t kb = view.kv_indices[at];
           const int64_t u0 = kb * bk / tile.cols;
@@ -105,8 +120,9 @@ void derive(const BlockMask& mask, TileShape tile, HostTilePlan& plan) {
             if (view.kv_full[at]) full[u] |= bit;
           }
         }
+        // A row's blocks are sorted, so are the tiles it added: merge them in.
+        std::inplace_merge(touched.begin(), touched.begin() + row_first, touched.end());
       }
-      std::sort(touched.begin(), touched.end());
       for (const int32_t u : touched) {
         // Sub-blocks that hold at least one real (row, key) pair.
         uint64_t needed = 0;

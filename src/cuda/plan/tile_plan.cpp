@@ -53,6 +53,14 @@ SubBlockGrid sub_grid(const BlockMask& mask, TileShape tile) {
   return g;
 }
 
+// The mask rows (query blocks) that query tile t overlaps.
+struct MaskRows {
+  int64_t first, last;
+};
+MaskRows mask_rows_of(const BlockMaskView& view, TileShape tile, int64_t t) {
+  return {t * tile.rows / view.block_q, std::min((t * tile.rows + tile.rows - 1) / view.block_q, view.num_q_blocks - 1)};
+}
+
 // Number of key tiles a (mask head, query tile) row visits.
 std::vector<int64_t> row_work(const BlockMask& mask, TileShape tile, const HostTilePlan& plan) {
   const int64_t num_q_tiles = ceil_div(mask.q_len(), tile.rows);
@@ -85,10 +93,11 @@ void derive(const BlockMask& mask, TileShape tile, HostTilePlan& plan) {
   int64_t bound = 0;
   const int64_t tiles_per_block = std::max<int64_t>(1, bk / tile.cols);
   for (int64_t g = 0; g < mask.num_heads(); ++g)
-    for (int64_t t = 0; t < num_q_tiles; ++t)
-      for (int64_t r = t * tile.rows / bq; r <= std::min((t * tile.rows + tile.rows - 1) / bq, view.num_q_blocks - 1);
-           ++r)
+    for (int64_t t = 0; t < num_q_tiles; ++t) {
+      const MaskRows rows = mask_rows_of(view, tile, t);
+      for (int64_t r = rows.first; r <= rows.last; ++r)
         bound += (view.row_end(view.row(g, r)) - view.row_begin(view.row(g, r))) * tiles_per_block;
+    }
   plan.kv_indices.reserve(static_cast<size_t>(bound));
   plan.kv_full.reserve(static_cast<size_t>(bound));
   plan.sub_present.reserve(static_cast<size_t>(bound));
@@ -98,9 +107,8 @@ void derive(const BlockMask& mask, TileShape tile, HostTilePlan& plan) {
   for (int64_t g = 0; g < mask.num_heads(); ++g) {
     for (int64_t t = 0; t < num_q_tiles; ++t) {
       const int64_t first_row = t * tile.rows;
-      const int64_t r0 = first_row / bq;
-      const int64_t r1 = std::min((first_row + tile.rows - 1) / bq, view.num_q_blocks - 1);
-      for (int64_t r = r0; r <= r1; ++r) {
+      const MaskRows rows = mask_rows_of(view, tile, t);
+      for (int64_t r = rows.first; r <= rows.last; ++r) {
         // The tile's sub-rows inside mask row r, as bits of sub-block column 0.
         const int64_t sr0 = (std::max(r * bq, first_row) - first_row) >> plan.sub.row_shift;
         const int64_t sr1 = (std::min((r + 1) * bq, first_row + tile.rows) - 1 - first_row) >> plan.sub.row_shift;
@@ -228,18 +236,13 @@ void check_tile_fit(const BlockMask& mask, TileShape tile) {
 
 int64_t tile_plan_key_tiles(const BlockMask& mask, TileShape tile) {
   check_tile_fit(mask, tile);
-  const BlockMaskView view = mask.view();
-  const int64_t bq = mask.block_q(), bk = mask.block_k();
-  const int64_t num_q_tiles = ceil_div(mask.q_len(), tile.rows);
   if (is_direct(mask, tile)) {
-    int64_t entries = 0;
-    for (int64_t g = 0; g < mask.num_heads(); ++g)
-      for (int64_t t = 0; t < num_q_tiles; ++t) {
-        const int64_t r = view.row(g, t * tile.rows / bq);
-        entries += view.row_end(r) - view.row_begin(r);
-      }
-    return entries * (bk / tile.cols);
+    const std::vector<int64_t> work = row_work(mask, tile, HostTilePlan{});
+    return std::accumulate(work.begin(), work.end(), int64_t{0});
   }
+  const BlockMaskView view = mask.view();
+  const int64_t bk = mask.block_k();
+  const int64_t num_q_tiles = ceil_div(mask.q_len(), tile.rows);
   // Key tiles are counted once per tile row: `seen` holds the last tile row that marked each.
   const int64_t num_k_tiles = ceil_div(mask.k_len(), tile.cols);
   std::vector<int64_t> seen(static_cast<size_t>(num_k_tiles), -1);
@@ -247,8 +250,8 @@ int64_t tile_plan_key_tiles(const BlockMask& mask, TileShape tile) {
   for (int64_t g = 0; g < mask.num_heads(); ++g)
     for (int64_t t = 0; t < num_q_tiles; ++t) {
       const int64_t tile_row = g * num_q_tiles + t;
-      const int64_t r1 = std::min((t * tile.rows + tile.rows - 1) / bq, view.num_q_blocks - 1);
-      for (int64_t r = t * tile.rows / bq; r <= r1; ++r) {
+      const MaskRows rows = mask_rows_of(view, tile, t);
+      for (int64_t r = rows.first; r <= rows.last; ++r) {
         const int64_t row = view.row(g, r);
         for (int64_t at = view.row_begin(row); at < view.row_end(row); ++at) {
           const int64_t kb = view.kv_indices[at];

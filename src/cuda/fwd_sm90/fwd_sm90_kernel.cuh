@@ -308,6 +308,21 @@ __device__ __forceinline__ void issue_pv(float (&o)[1][Tr::kDAtoms][4], const ui
   wgmma_commit();
 }
 
+// A unit's first S = Q K^T into `s`, issued in this warpgroup's turn once
+// the unit's Q and the first K have arrived (not waited for).
+template <typename Tr>
+__device__ __forceinline__ void issue_first_qk(const Sm90Smem<Tr>& sm, const Sm90Descriptors<Tr>& desc,
+                                               const IssueOrder<Tr::kConsumerGroups>& schedule,
+                                               const RingSlot<Tr::kStages>& slot, uint32_t& q_parity,
+                                               float (&s)[1][Tr::kNAtoms][4]) {
+  mbarrier_wait(sm.q_full(), q_parity);
+  q_parity ^= 1u;
+  mbarrier_wait(sm.k_full(slot.stage), slot.parity);
+  schedule.wait_turn();
+  issue_qk<Tr>(s, desc.q, desc.k(slot.stage));
+  schedule.pass_turn();
+}
+
 // O = 0 before a unit's first product.
 template <typename Tr>
 __device__ __forceinline__ void clear_output(float (&o)[1][Tr::kDAtoms][4]) {
@@ -394,13 +409,7 @@ __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<
     KeepBits<Tr> keep = tile_keep_bits<Tr>(p, expr, tile, full, seq, w.h, q0, k0, warp, lane);
     float s[1][Tr::kNAtoms][4];
     uint32_t pa[Tr::kBlockN / 16][4];
-    mbarrier_wait(sm.q_full(), q_parity);
-    q_parity ^= 1u;
-
-    mbarrier_wait(sm.k_full(slot.stage), slot.parity);
-    schedule.wait_turn();
-    issue_qk<Tr>(s, desc.q, desc.k(slot.stage));
-    schedule.pass_turn();
+    issue_first_qk<Tr>(sm, desc, schedule, slot, q_parity, s);
     read_next();
     wgmma_wait<0>();
     wgmma_fence_operands(s);
@@ -509,12 +518,7 @@ __device__ __forceinline__ void consume_unit_two_scores(const FwdParams& p, cons
   SteeringTile now = SteeringTile::first(TileWalk::entries(w.item.begin, w.item.end), plan, tiles_per_block,
                                          Tr::kBlockN, seq.k_len);
   SteeringTile next = SteeringTile::after(now.walk, plan, tiles_per_block, Tr::kBlockN, seq.k_len);
-  mbarrier_wait(sm.q_full(), q_parity);
-  q_parity ^= 1u;
-  mbarrier_wait(sm.k_full(slot.stage), slot.parity);
-  schedule.wait_turn();
-  issue_qk<Tr>(s_a, desc.q, desc.k(slot.stage));
-  schedule.pass_turn();
+  issue_first_qk<Tr>(sm, desc, schedule, slot, q_parity, s_a);
   wgmma_wait<0>();
   wgmma_fence_operands(s_a);
   mbarrier_arrive(sm.k_free(slot.stage));

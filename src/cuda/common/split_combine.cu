@@ -4,8 +4,9 @@
 //   lse = log(sum_n exp(l_n)),   O = sum_n exp(l_n - lse) O_n,
 // computed around the largest l_n; pieces whose keys were all masked have
 // l_n = -inf and weigh nothing, and a row with no allowed key at all gets
-// O = 0, LSE = -inf. One CTA per (split row, batch, head), one warp per query
-// row at a time, lanes across the head dim.
+// O = 0, LSE = -inf. One thread per four head-dim columns of a row (one
+// 16-byte load per piece), the rows of every split row, batch and head
+// spread over one grid, so the merge is bound by memory, not by latency.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -17,59 +18,87 @@
 namespace spattn::cuda_detail {
 namespace {
 
-constexpr int kCombineThreads = 128;
+constexpr int kCombineThreads = 256;
+constexpr int kColumnsPerThread = 4;
 
-__device__ __forceinline__ void store_out(__nv_bfloat16* at, float x) { *at = __float2bfloat16_rn(x); }
-__device__ __forceinline__ void store_out(__half* at, float x) { *at = __float2half_rn(x); }
+__device__ __forceinline__ void store_pair(__nv_bfloat16* at, float x, float y) {
+  *reinterpret_cast<__nv_bfloat162*>(at) = __floats2bfloat162_rn(x, y);
+}
+__device__ __forceinline__ void store_pair(__half* at, float x, float y) {
+  *reinterpret_cast<__half2*>(at) = __floats2half2_rn(x, y);
+}
+__device__ __forceinline__ void store_pair(float* at, float x, float y) { *reinterpret_cast<float2*>(at) = {x, y}; }
 
+// Four consecutive elements of out from element `at` on, stored in pairs
+// (out's rows are only 2-element aligned).
 template <typename T>
-__global__ void __launch_bounds__(kCombineThreads) split_combine_kernel(const FwdParams p, int64_t tile_rows) {
+__device__ __forceinline__ void store_columns(T* out, int64_t at, float4 v) {
+  store_pair(out + at, v.x, v.y);
+  store_pair(out + at + 2, v.z, v.w);
+}
+
+// Thread `index` of the grid merges columns [4 c, 4 c + 4) of tile row r of
+// split row s for copy `copy`, index = ((s * copies + copy) * tile_rows + r)
+// * (head_dim / 4) + c.
+template <typename T>
+__global__ void __launch_bounds__(kCombineThreads) split_combine_kernel(const FwdParams p, int64_t tile_rows,
+                                                                        int64_t threads) {
+  const int64_t index = static_cast<int64_t>(blockIdx.x) * kCombineThreads + threadIdx.x;
+  if (index >= threads) return;
   const DeviceTilePlanView& plan = p.plan;
   const int64_t heads_per_mask_head = p.q_heads / plan.blocks.num_heads;
   const int64_t copies = p.batch * heads_per_mask_head;  // launch_copies(p), its division shared with h below
-  const SplitRow split = plan.split_rows[blockIdx.x / copies];
-  const int64_t copy = blockIdx.x % copies;
+  const int64_t chunks = p.head_dim / kColumnsPerThread;
+  const int64_t row_index = index / chunks;
+  const int64_t d = (index - row_index * chunks) * kColumnsPerThread;
+  const int64_t r = row_index % tile_rows;
+  const int64_t split_copy = row_index / tile_rows;
+  const int64_t copy = split_copy % copies;
+  const SplitRow split = plan.split_rows[split_copy / copies];
   const int64_t b = copy / heads_per_mask_head;
   const int64_t h = split.row / plan.num_q_tiles * heads_per_mask_head + copy % heads_per_mask_head;
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const float neg_inf = -__builtin_huge_valf();
 
   const SequenceSpan seq = sequence_span(p, b);
-  const int64_t q0 = split.row % plan.num_q_tiles * tile_rows - seq.mask_row_offset;  // query row of the tile's first row
-  for (int64_t r = warp; r < tile_rows; r += kCombineThreads / 32) {
-    if (!seq.has_row(q0 + r)) continue;
-    auto slot_row = [&](int32_t n) { return ((split.first_slot + n) * copies + copy) * tile_rows + r; };
-    float top = neg_inf;
-    for (int32_t n = 0; n < split.pieces; ++n) top = fmaxf(top, p.partial_lse[slot_row(n)]);
+  const int64_t q = split.row % plan.num_q_tiles * tile_rows - seq.mask_row_offset + r;
+  if (!seq.has_row(q)) return;
+  auto slot_row = [&](int32_t n) { return ((split.first_slot + n) * copies + copy) * tile_rows + r; };
+  const float neg_inf = -__builtin_huge_valf();
+  float top = neg_inf;
+  for (int32_t n = 0; n < split.pieces; ++n) top = fmaxf(top, p.partial_lse[slot_row(n)]);
+  float4 acc{0.0f, 0.0f, 0.0f, 0.0f};
+  float lse = neg_inf;
+  if (top != neg_inf) {
     float total = 0.0f;
-    if (top != neg_inf)
-      for (int32_t n = 0; n < split.pieces; ++n) total += __expf(p.partial_lse[slot_row(n)] - top);
-    const float lse = top == neg_inf ? neg_inf : top + __logf(total);
-    const int64_t out_row = p.out.row_offset(seq.batch, h, seq.q_first + q0 + r);
-    for (int64_t d = lane; d < p.head_dim; d += 32) {
-      float acc = 0.0f;
-      if (lse != neg_inf)
-        for (int32_t n = 0; n < split.pieces; ++n) {
-          const int64_t at = slot_row(n);
-          acc += __expf(p.partial_lse[at] - lse) * p.partial_o[at * p.head_dim + d];
-        }
-      if (p.out_f32)
-        static_cast<float*>(p.out.data)[out_row + d] = acc;
-      else
-        store_out(static_cast<T*>(p.out.data) + out_row + d, acc);
+    for (int32_t n = 0; n < split.pieces; ++n) total += __expf(p.partial_lse[slot_row(n)] - top);
+    lse = top + __logf(total);
+    for (int32_t n = 0; n < split.pieces; ++n) {
+      const int64_t at = slot_row(n);
+      const float weight = __expf(p.partial_lse[at] - lse);
+      const float4 o = *reinterpret_cast<const float4*>(p.partial_o + at * p.head_dim + d);
+      acc.x += weight * o.x;
+      acc.y += weight * o.y;
+      acc.z += weight * o.z;
+      acc.w += weight * o.w;
     }
-    if (p.lse != nullptr && lane == 0)
-      *p.lse_at(seq.batch, h, seq.q_first + q0 + r) = lse;
   }
+  const int64_t at = p.out.row_offset(seq.batch, h, seq.q_first + q) + d;
+  if (p.out_f32)
+    store_columns(static_cast<float*>(p.out.data), at, acc);
+  else
+    store_columns(static_cast<T*>(p.out.data), at, acc);
+  if (p.lse != nullptr && d == 0) *p.lse_at(seq.batch, h, seq.q_first + q) = lse;
 }
 
 }  // namespace
 
 template <typename T>
 void launch_split_combine(const FwdParams& p, int64_t tile_rows, cudaStream_t stream) {
-  const int64_t ctas = p.plan.num_split_rows * launch_copies(p);
-  require(ctas <= 0x7fffffff, "CUDA backend: ", ctas, " split rows exceed the grid limit");
-  split_combine_kernel<T><<<static_cast<unsigned>(ctas), kCombineThreads, 0, stream>>>(p, tile_rows);
+  require(p.head_dim % kColumnsPerThread == 0, "CUDA backend: split rows need a head_dim divisible by ",
+          kColumnsPerThread, ", got ", p.head_dim);
+  const int64_t threads = p.plan.num_split_rows * launch_copies(p) * tile_rows * (p.head_dim / kColumnsPerThread);
+  const int64_t ctas = (threads + kCombineThreads - 1) / kCombineThreads;
+  require(ctas <= 0x7fffffff, "CUDA backend: ", p.plan.num_split_rows, " split rows exceed the grid limit");
+  split_combine_kernel<T><<<static_cast<unsigned>(ctas), kCombineThreads, 0, stream>>>(p, tile_rows, threads);
   check_launch("split combine kernel launch");
 }
 

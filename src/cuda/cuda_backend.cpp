@@ -12,7 +12,6 @@
 #include "cuda/common/fwd_params.hpp"
 #include "cuda/common/scratch_pool.hpp"
 #include "cuda/common/split_combine.hpp"
-#include "cuda/fwd_sm80/dilated_permute.hpp"
 #include "cuda/fwd_sm80/fwd_sm80.hpp"
 #include "cuda/fwd_sm90/fwd_sm90.hpp"
 #include "cuda/kernel_choice.hpp"
@@ -128,45 +127,33 @@ cuda_detail::TensorArg from_row(cuda_detail::TensorArg t, int64_t row, int64_t e
 // A dilated term through the token permutation (cuda/plan/dilated_split.hpp):
 // the rest of the pattern into out and the LSE (the caller's or scratch),
 // then block-diagonal attention over the (segment, residue) groups (less the
-// rest's full runs) merged into them. The sm90 kernel reads the groups' rows
-// of q, k and v in place (its tensor maps step by the rate,
-// FwdParams::residue_rate) and merges each row into out and the LSE as it
-// writes it; the sm80 kernel (or a permuted plan with split rows) reads
-// gathered copies, writes fp32 scratch, and a merge kernel follows. Both
-// passes run on the kernel the split was made for.
+// rest's full runs), which reads the groups' rows of q, k and v in place
+// (FwdParams::residue_rate: rows step by the rate) and merges each row into
+// out and the LSE as it writes it. Both passes run on the kernel the split
+// was made for.
+// The dilated split a call on `tile` runs, if any. Its permuted pass merges
+// each row into the rest's result as it writes it, which the pieces of a
+// split row cannot; the pass's rows (one group's keys, causal or not, in
+// block-diagonal groups) stay within twice the average row, so its plans do
+// not split them, and a call whose permuted plan did would run without the
+// permutation (cuda_prepare_mask prepares that plan too).
+std::shared_ptr<const cuda_detail::DilatedSplit> call_split(const BlockMask& mask, cuda_detail::TileShape tile,
+                                                            cudaStream_t s) {
+  std::shared_ptr<const cuda_detail::DilatedSplit> split = cuda_detail::dilated_split(mask, tile);
+  if (split && cuda_detail::device_tile_plan(split->permuted, tile, s).num_split_rows > 0) return nullptr;
+  return split;
+}
+
 void run_dilated_split(const cuda_detail::DilatedSplit& split, const cuda_detail::FwdParams& p, DType dtype,
                        bool sm90, cuda_detail::TileShape tile, cudaStream_t s) {
-  cuda_detail::PermuteGeometry g;
-  g.batch = p.batch;
-  g.heads = p.q_heads;
-  g.head_dim = p.head_dim;
-  g.segment = split.segment;
-  g.rate = split.rate;
-  g.group = split.group;
-  g.num_segments = split.num_segments;
-  g.first_position = split.first_position;
-  const int64_t n = g.num_segments * g.group, elems = g.rows() * g.head_dim;
   const int64_t shift = p.k_len - p.q_len;  // query row i sits at position i + shift
-
-  cuda_detail::FwdParams perm = p;
-  perm.q_len = perm.k_len = n;
-  perm.mask = cuda_detail::device_mask(split.permuted, s);
-  perm.plan = cuda_detail::device_tile_plan(split.permuted, tile, s);
-  const bool in_place = sm90 && perm.plan.num_split_rows == 0;
-
-  // Sub-buffers in 256-byte units: the rest's LSE when the caller has none;
-  // unless in place, the permuted pass's O (fp32) and LSE and q, k, v
-  // gathered (2-byte elements).
-  auto units = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
-  const int64_t rest_lse_bytes = p.lse ? 0 : units(p.batch * p.q_heads * p.q_len * 4);
-  const int64_t o_bytes = in_place ? 0 : units(elems * 4), lse_bytes = in_place ? 0 : units(g.rows() * 4);
-  const int64_t qkv_bytes = in_place ? 0 : units(elems * 2);
-  cuda_detail::ScopedScratch scratch(static_cast<size_t>(rest_lse_bytes + o_bytes + lse_bytes + 3 * qkv_bytes), s);
-  char* at = static_cast<char*>(scratch.get());
+  // The rest's LSE when the caller has none: the permuted pass merges with it.
+  const int64_t rest_lse_bytes = p.lse ? 0 : p.batch * p.q_heads * p.q_len * 4;
+  cuda_detail::ScopedScratch scratch(static_cast<size_t>(rest_lse_bytes), s);
 
   cuda_detail::FwdParams rest = p;
   if (!p.lse) {
-    rest.lse = reinterpret_cast<float*>(at);
+    rest.lse = static_cast<float*>(scratch.get());
     rest.lse_stride_b = p.q_heads * p.q_len;
     rest.lse_stride_h = p.q_len;
     rest.lse_stride_l = 1;
@@ -174,44 +161,26 @@ void run_dilated_split(const cuda_detail::DilatedSplit& split, const cuda_detail
   rest.mask = cuda_detail::device_mask(split.rest, s);
   rest.plan = cuda_detail::device_tile_plan(split.rest, tile, s);
   rest.exclude = cuda_detail::rest_exclusion(split);
+  run_fused(rest, dtype, sm90, tile, s);
+
+  cuda_detail::FwdParams perm = p;
+  perm.q_len = perm.k_len = split.num_segments * split.group;
+  perm.mask = cuda_detail::device_mask(split.permuted, s);
+  perm.plan = cuda_detail::device_tile_plan(split.permuted, tile, s);
   perm.exclude = cuda_detail::permuted_exclusion(split, p.q_len, p.k_len,
                                                  cuda_detail::device_table(split.rest, split.full_runs, s));
-  run_fused(rest, dtype, sm90, tile, s);
-  if (in_place) {
-    const int64_t q_first = split.first_position - shift;  // the query row at the first regular position
-    perm.q = from_row(p.q, q_first, dtype_size(dtype));
-    perm.k = from_row(p.k, split.first_position, dtype_size(dtype));
-    perm.v = from_row(p.v, split.first_position, dtype_size(dtype));
-    perm.residue_rate = split.rate;
-    perm.out = from_row(p.out, q_first, p.out_f32 ? 4 : dtype_size(dtype));
-    perm.lse = rest.lse + q_first * rest.lse_stride_l;
-    perm.lse_stride_b = rest.lse_stride_b;
-    perm.lse_stride_h = rest.lse_stride_h;
-    perm.lse_stride_l = rest.lse_stride_l;
-    perm.merge_into_out = true;
-    run_fused(perm, dtype, sm90, tile, s);
-    return;
-  }
-  auto* op = reinterpret_cast<float*>(at + rest_lse_bytes);
-  auto* lsep = reinterpret_cast<float*>(at + rest_lse_bytes + o_bytes);
-  char* gathered = at + rest_lse_bytes + o_bytes + lse_bytes;
-  const cuda_detail::TensorArg packed{nullptr, p.q_heads * n * p.head_dim, n * p.head_dim, p.head_dim};
-  perm.q = perm.k = perm.v = packed;
-  perm.q.data = gathered;
-  perm.k.data = gathered + qkv_bytes;
-  perm.v.data = gathered + 2 * qkv_bytes;
-  perm.kv_heads = p.q_heads;
-  perm.out = cuda_detail::TensorArg{op, p.q_heads * n * p.head_dim, n * p.head_dim, p.head_dim};
-  perm.out_f32 = true;
-  perm.lse = lsep;
-  perm.lse_stride_b = p.q_heads * n;
-  perm.lse_stride_h = n;
-  perm.lse_stride_l = 1;
-  cuda_detail::launch_dilated_gather(g, p.q, 1, shift, perm.q.data, dtype, s);
-  cuda_detail::launch_dilated_gather(g, p.k, p.q_heads / p.kv_heads, 0, perm.k.data, dtype, s);
-  cuda_detail::launch_dilated_gather(g, p.v, p.q_heads / p.kv_heads, 0, perm.v.data, dtype, s);
+  const int64_t q_first = split.first_position - shift;  // the query row at the first regular position
+  perm.q = from_row(p.q, q_first, dtype_size(dtype));
+  perm.k = from_row(p.k, split.first_position, dtype_size(dtype));
+  perm.v = from_row(p.v, split.first_position, dtype_size(dtype));
+  perm.residue_rate = split.rate;
+  perm.out = from_row(p.out, q_first, p.out_f32 ? 4 : dtype_size(dtype));
+  perm.lse = rest.lse + q_first * rest.lse_stride_l;
+  perm.lse_stride_b = rest.lse_stride_b;
+  perm.lse_stride_h = rest.lse_stride_h;
+  perm.lse_stride_l = rest.lse_stride_l;
+  perm.merge_into_out = true;
   run_fused(perm, dtype, sm90, tile, s);
-  cuda_detail::launch_dilated_merge(g, rest, op, lsep, dtype, s);
 }
 
 }  // namespace
@@ -276,7 +245,7 @@ void cuda_attention(const TensorView& q, const TensorView& k, const TensorView& 
   }
   const cuda_detail::TileShape tile = cuda_detail::call_tile(sm90, p.head_dim, mask, true);
   // The split's full runs depend on the tile (dilated_split.hpp), so it is made for the chosen kernel.
-  const std::shared_ptr<const cuda_detail::DilatedSplit> split = cuda_detail::dilated_split(mask, tile);
+  const std::shared_ptr<const cuda_detail::DilatedSplit> split = call_split(mask, tile, s);
   if (split && split->query_heads == p.q_heads) return run_dilated_split(*split, p, q.dtype, sm90, tile, s);
   p.mask = cuda_detail::device_mask(mask, s);
   p.plan = cuda_detail::device_tile_plan(mask, tile, s);

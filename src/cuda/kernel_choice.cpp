@@ -76,8 +76,9 @@ TileShape kernel_tile(bool sm90, int64_t head_dim, bool sm80_wide_fits) {
 }
 
 // The dilated split's permuted pass masks every tile: on the sm80 kernel's
-// wide tile that ran 4-6% slower (same-run on an H100 at D = 64). Varlen
-// batches run dilated patterns without a split.
+// wide tile that ran 4-6% slower (same-run on an H100 at D = 64, when the
+// pass still read gathered copies). Varlen batches run dilated patterns
+// without a split.
 bool sm80_wide_tile(const BlockMask& mask, bool dilated_splits) {
   return tile_fits(mask, kSm80WideTile) && !(dilated_splits && dilated_split(mask, kSm80NarrowTile));
 }

@@ -183,7 +183,8 @@ TEST(GpuSanitizerSmall, EachKernelPath) {
   pr.q_heads = pr.kv_heads = 1;
   pr.q_len = pr.k_len = 2200;
   expect_matches_reference(pr, 5);
-  // A dilated split: rest pass with exclusion, gather, permuted pass, merge.
+  // A dilated split: rest pass with exclusion, permuted pass reading q, k, v
+  // in place and merging into out.
   pr = GpuProblem{};
   pr.pattern = Pattern::unite(Pattern::dilated({256}, {4}, true), Pattern::sliding_window(64));
   pr.q_heads = pr.kv_heads = 4;

@@ -11,6 +11,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cuda/common/excluded_keys.hpp"
@@ -427,6 +428,26 @@ TEST(CudaDilatedSplit, PartitionsEveryPairOnce) {
       Pattern::unite(Pattern::dilated({512}, {8}, false), Pattern::streaming(16, 100)), 777, 777, 8, 16);
 }
 
+// The permuted pass merges its rows into the rest's as it writes them, which
+// the pieces of a split row cannot (a call whose permuted plan split a row
+// would run without the permutation). Causal groups come nearest to a split,
+// their last rows seeing twice the keys of the average row: long groups
+// (32768 tokens) and groups that straddle the kernel tile (4100 tokens) get
+// a split whose permuted plan splits no row, on both 128-row tiles.
+TEST(CudaDilatedSplit, PermutedPlansSplitNoRow) {
+  for (const TileShape tile : {TileShape{128, 64}, TileShape{128, 128}}) {
+    for (const auto& [segment, rate, length] :
+         {std::tuple<int64_t, int64_t, int64_t>{65536, 2, 131072}, {8200, 2, 32800}}) {
+      const BlockMask mask = BlockMask::build(Pattern::dilated({segment}, {rate}, true),
+                                              MaskShape{length, length, 128, 128, 2});
+      const auto split = cuda_detail::make_dilated_split(mask, tile);
+      ASSERT_NE(split, nullptr) << "segment " << segment << ", tile " << tile.rows << " x " << tile.cols;
+      EXPECT_TRUE(cuda_detail::make_tile_plan(split->permuted, tile).split_rows.empty())
+          << "segment " << segment << ", tile " << tile.rows << " x " << tile.cols;
+    }
+  }
+}
+
 // The rest keeps one mask head where its heads are alike (blocks larger than
 // the rate), and one per head where they differ (a ragged last segment whose
 // 16-key blocks hold 16 of the 32 residues: heads 0 and 16 keep other blocks).
@@ -763,7 +784,8 @@ TEST(CudaBackend, AttentionCallCapturedInAGraph) {
   expect_graph_replay_matches(Pattern::streaming(8, 100), 300, 2);
   // With split rows: the scratch allocation and the merge are captured too.
   expect_graph_replay_matches(Pattern::longformer(64, {0}), 2200, 1);
-  // A dilated split without a caller's LSE: gather, two passes, merge, scratch.
+  // A dilated split without a caller's LSE: two passes, the second merging
+  // into out and the LSE in scratch.
   expect_graph_replay_matches(Pattern::unite(Pattern::dilated({256}, {4}, true), Pattern::sliding_window(64)),
                               1000, 4);
   // Dense over 1152 tokens: on an sm90 device the call takes the tall tile on

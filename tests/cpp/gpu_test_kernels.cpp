@@ -223,7 +223,7 @@ TEST_P(GpuKernels, DilatedThroughThePermutation) {
 // 256 over query blocks starting 256 keys in gives the rest full runs, which
 // the permuted pass must leave out of the right rows. Four heads: every
 // residue of the rate. Also output rows off 16-byte boundaries and calls
-// without an LSE (the sm90 permuted pass merges into out and the rest's LSE
+// without an LSE (the permuted pass merges into out and the rest's LSE
 // in place).
 TEST_P(GpuKernels, DilatedSplitsWhereQueryAndKeyLengthsDiffer) {
   uint64_t seed = 550;

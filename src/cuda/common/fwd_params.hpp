@@ -78,13 +78,14 @@ struct FwdParams {
   DeviceMaskView mask;
   DeviceTilePlanView plan;  // fused kernel only
   DilatedExclusion exclude;  // fused kernel only
-  // The sm90 kernel's permuted pass of a dilated split reads q, k and v in
-  // place instead of from gathered copies: its row n of query head h is row
-  // h % residue_rate + n * residue_rate of the tensors, whose data start at
-  // the first regular position. 1 everywhere else.
+  // The permuted pass of a dilated split reads q, k and v in place: its row n
+  // of query head h is row h % residue_rate + n * residue_rate of the
+  // tensors, whose data start at the first regular position. 1 everywhere
+  // else.
   int64_t residue_rate = 1;
-  // Query head h's residue in that pass (0 elsewhere): a TMA coordinate and
-  // the offset of its rows in out. Heads and the rate fit 32 bits.
+  // Query head h's residue in that pass (0 elsewhere): the offset of its
+  // rows in q, k, v and out (a TMA coordinate on sm90). Heads and the rate
+  // fit 32 bits.
   SPATTN_HD int32_t head_residue(int64_t h) const {
     return static_cast<int32_t>(h) % static_cast<int32_t>(residue_rate);
   }

@@ -1,6 +1,6 @@
 // cuda/common/online_softmax.cuh - the fp32 online softmax over a score tile
-// and the final writes of O / l and the LSE (or, in the sm90 permuted pass of
-// a dilated split, their merge into the rest pass's), shared by the sm80
+// and the final writes of O / l and the LSE (or, in the permuted pass of a
+// dilated split, their merge into the rest pass's), shared by the sm80
 // (mma.sync) and sm90 (wgmma) forward kernels, which hold S and O in the same
 // per-warp m16n8 accumulator layout (see tile_mask.cuh).
 //
@@ -178,7 +178,7 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&x)[4], int lane) {
 // are took 4x the store instructions, each half a sector per row, which made
 // the epilogue of short rows slow (same-run bound on an H100: sm90 kernel
 // without its output stores, 32K, D = 128: window 512 +19%, BigBird +11%).
-// kMerge (the sm90 permuted pass of a dilated split, FwdParams::merge_into_out):
+// kMerge (the permuted pass of a dilated split, FwdParams::merge_into_out):
 // row i of query head h is row h % residue_rate + i * residue_rate of out
 // and the LSE, which hold the rest pass's result; a row with a key merges
 // into them (RowMerge; its O rounded to the output type first), one without

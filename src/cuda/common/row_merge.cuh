@@ -1,7 +1,7 @@
 // cuda/common/row_merge.cuh - how two results of one query row over
 // disjoint key sets combine (the two passes of a dilated split): the weights
-// of each side's normalised O and the LSE of the union. Used by the sm80
-// path's merge kernel and by the sm90 permuted pass's epilogue.
+// of each side's normalised O and the LSE of the union, in the permuted
+// pass's epilogue (write_output).
 #pragma once
 
 namespace spattn::cuda_detail {

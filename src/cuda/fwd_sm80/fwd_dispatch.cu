@@ -68,8 +68,6 @@ void check_fwd_sm80_head_dim(int64_t head_dim) {
 }
 
 void run_fwd_sm80(const FwdParams& p, DType dtype, cudaStream_t stream) {
-  require(p.residue_rate == 1 && !p.merge_into_out,
-          "CUDA sm80 kernel: reads gathered dilated groups only (residue_rate 1, no merge into out)");
   if (dtype == DType::BF16) return run_typed<__nv_bfloat16>(p, stream);
   if (dtype == DType::F16) return run_typed<__half>(p, stream);
   fail("CUDA backend: inputs must be fp16 or bf16, got ", dtype_name(dtype));

@@ -22,7 +22,10 @@
 // overlaps both (about 2% on dense D = 128, with fewer spills). The next
 // tile's index is read at the top of the step for the same reason.
 // then O / l and the LSE are written (a piece of a split row writes them in
-// fp32 to its partial-result slot instead; split_combine.cu merges). A row
+// fp32 to its partial-result slot instead; split_combine.cu merges). The
+// permuted pass of a dilated split reads its groups' rows of q, k and v in
+// place (rows step by FwdParams::residue_rate) and merges each row into the
+// rest pass's result in out and the LSE. A row
 // with no allowed key keeps m = -inf and l = 0 and writes O = 0, LSE = -inf.
 // In a packed varlen batch the batch index is the sequence: its rows and
 // lengths come from cu_seqlens (sequence_span.hpp), the mask (built for the
@@ -160,7 +163,11 @@ __device__ __forceinline__ void multiply_pv(float (&o)[Tr::kMAtoms][Tr::kDAtoms]
   }
 }
 
-template <typename Tr>
+// kPermutedPass: the permuted pass of a dilated split (FwdParams::residue_rate,
+// merge_into_out), compiled as a kernel of its own so that every other call's
+// kernel keeps its machine code (the same code with run-time tests cost the
+// sm80 kernel 3% on dense attention, same run on an H100).
+template <typename Tr, bool kPermutedPass>
 __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm)
     fwd_sm80_kernel(const FwdParams p, const UnitOrder order) {
   using T = typename Tr::T;
@@ -192,9 +199,17 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm)
   const int64_t q0 = q_tile * Tr::kBlockM - seq.mask_row_offset;  // query row of the tile's first row
   if (!seq.tile_has_rows(q0, Tr::kBlockM)) return;
 
-  const T* q = static_cast<const T*>(p.q.data) + p.q.row_offset(seq.batch, h, seq.q_first);
-  const T* k = static_cast<const T*>(p.k.data) + p.k.row_offset(seq.batch, kv_head, seq.k_first);
-  const T* v = static_cast<const T*>(p.v.data) + p.v.row_offset(seq.batch, kv_head, seq.k_first);
+  // In the permuted pass of a dilated split, row n of query head h is row
+  // h % rate + n * rate of q, k and v.
+  // (The row strides are formed at each copy, as the plain kernel reads them
+  // from its parameters there, so that its machine code stays the same.)
+  const int64_t residue = kPermutedPass ? p.head_residue(h) : 0;
+  const auto rows_apart = [&](const TensorArg& t) {
+    return kPermutedPass ? t.stride_l * p.residue_rate : t.stride_l;
+  };
+  const T* q = static_cast<const T*>(p.q.data) + p.q.row_offset(seq.batch, h, seq.q_first + residue);
+  const T* k = static_cast<const T*>(p.k.data) + p.k.row_offset(seq.batch, kv_head, seq.k_first + residue);
+  const T* v = static_cast<const T*>(p.v.data) + p.v.row_offset(seq.batch, kv_head, seq.k_first + residue);
 
   if (p.mask.exprs != nullptr) {
     const uint32_t* from = reinterpret_cast<const uint32_t*>(p.mask.expr_for_head(h, p.q_heads));
@@ -205,8 +220,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm)
 
   TileWalk walk = TileWalk::entries(work.begin, work.end);
   bool has_tile = walk.valid(plan, tiles_per_block, Tr::kBlockN, seq.k_len);
-  load_tile<Tr, Tr::kBlockM>(sQ, q, p.q.stride_l, q0, seq.q_len);
-  if (has_tile) load_tile<Tr, Tr::kBlockN>(sK, k, p.k.stride_l, walk.key_tile(plan, tiles_per_block) * Tr::kBlockN, seq.k_len);
+  load_tile<Tr, Tr::kBlockM>(sQ, q, rows_apart(p.q), q0, seq.q_len);
+  if (has_tile) load_tile<Tr, Tr::kBlockN>(sK, k, rows_apart(p.k), walk.key_tile(plan, tiles_per_block) * Tr::kBlockN, seq.k_len);
   cp_async_commit();
 
   float o[Tr::kMAtoms][Tr::kDAtoms][4];
@@ -241,7 +256,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm)
       const int64_t next_k0 = has_tile ? next.key_tile(plan, tiles_per_block) * Tr::kBlockN : 0;
       cp_async_wait<0>();
       __syncthreads();  // K(n) (and Q, the expression) visible to all; V buffer free
-      load_tile<Tr, Tr::kBlockN>(sV, v, p.v.stride_l, k0, seq.k_len);
+      load_tile<Tr, Tr::kBlockN>(sV, v, rows_apart(p.v), k0, seq.k_len);
       cp_async_commit();
 
       // The predicate runs before S is live, so its registers do not compete with S.
@@ -259,7 +274,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm)
 
       cp_async_wait<0>();
       __syncthreads();  // V(n) visible to all; every warp is done reading K(n)
-      if (has_tile) load_tile<Tr, Tr::kBlockN>(sK, k, p.k.stride_l, next_k0, seq.k_len);
+      if (has_tile) load_tile<Tr, Tr::kBlockN>(sK, k, rows_apart(p.k), next_k0, seq.k_len);
       cp_async_commit();
       softmax_update<Tr>(s, o, m, l, p.scale_log2);
       multiply_pv<Tr>(o, s, sV, lane);
@@ -274,7 +289,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm)
   }
   cp_async_wait<0>();  // a row without tiles still has its Q copy in flight
   if (work.slot < 0)
-    write_output<Tr>(p, o, m, l, sequence_span(p, b), h, q0, warp, lane);
+    write_output<Tr, kPermutedPass>(p, o, m, l, sequence_span(p, b), h, q0, warp, lane);
   else
     write_partial<Tr>(p, o, m, l, (work.slot * copies + copy) * Tr::kBlockM, warp, lane);
 }

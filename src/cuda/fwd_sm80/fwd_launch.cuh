@@ -1,7 +1,8 @@
 // cuda/fwd_sm80/fwd_launch.cuh - the launch of one instantiation of the
 // portable forward kernel: raises the dynamic shared-memory limit and starts
 // one CTA per (work item, batch, head in the mask head) on the stream, in the
-// order of common/work_units.hpp, then the merge of split rows.
+// order of common/work_units.hpp, then the merge of split rows; the permuted
+// pass of a dilated split runs the kernel's own instantiation for it.
 #pragma once
 
 #include "cuda/common/cuda_check.hpp"
@@ -19,8 +20,11 @@ void launch_fwd_sm80(const FwdParams& p, cudaStream_t stream) {
   static_assert(Tr::kBlockM == sm80_tile(kHeadDim, kTileCols == kSm80WideTile.cols).rows &&
                     Tr::kBlockN == sm80_tile(kHeadDim, kTileCols == kSm80WideTile.cols).cols,
                 "tile plan and kernel tile agree");
-  const auto kernel = fwd_sm80_kernel<Tr>;
+  const auto kernel = p.merge_into_out ? fwd_sm80_kernel<Tr, true> : fwd_sm80_kernel<Tr, false>;
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Tr::kSmemBytes, "fwd_sm80");
+  require(!p.merge_into_out || (p.plan.num_split_rows == 0 && p.lse != nullptr),
+          "CUDA sm80 kernel: a pass merged into out needs the rest's LSE and cannot have split rows (their "
+          "combine step does not merge)");
   const int64_t ctas = p.plan.num_items * launch_copies(p);
   require(ctas <= 0x7fffffff, "CUDA backend: ", ctas, " work items exceed the grid limit");
   // At least kMinBlocksPerSm CTAs run on each SM at a time (two; one at D =

@@ -21,8 +21,8 @@
 // the kernel to walk the mask's own blocks: block sizes multiples of the
 // kernel tile; otherwise there are none.)
 // The two (O, LSE) results are merged per row in fp32 (RowMerge,
-// cuda/common/row_merge.cuh); in the sm90 permuted pass's epilogue its own O
-// is rounded to the output type first.
+// cuda/common/row_merge.cuh) in the permuted pass's epilogue, its own O
+// rounded to the output type first.
 #pragma once
 
 #include <cstdint>

@@ -97,7 +97,8 @@ void launch_split_combine(const FwdParams& p, int64_t tile_rows, cudaStream_t st
           kColumnsPerThread, ", got ", p.head_dim);
   const int64_t threads = p.plan.num_split_rows * launch_copies(p) * tile_rows * (p.head_dim / kColumnsPerThread);
   const int64_t ctas = (threads + kCombineThreads - 1) / kCombineThreads;
-  require(ctas <= 0x7fffffff, "CUDA backend: ", p.plan.num_split_rows, " split rows exceed the grid limit");
+  require(ctas <= 0x7fffffff, "CUDA backend: the merge of ", p.plan.num_split_rows, " split rows needs ", ctas,
+          " CTAs, more than the grid limit");
   split_combine_kernel<T><<<static_cast<unsigned>(ctas), kCombineThreads, 0, stream>>>(p, tile_rows, threads);
   check_launch("split combine kernel launch");
 }

@@ -124,6 +124,21 @@ cuda_detail::TensorArg from_row(cuda_detail::TensorArg t, int64_t row, int64_t e
   return t;
 }
 
+// The dilated split a call on `tile` with `q_heads` query heads runs, if
+// any (the mask's split is per query head). Its permuted pass merges
+// each row into the rest's result as it writes it, which the pieces of a
+// split row cannot; the pass's rows (one group's keys, causal or not, in
+// block-diagonal groups) stay within twice the average row, so its plans do
+// not split them, and a call whose permuted plan did would run without the
+// permutation (cuda_prepare_mask prepares that plan too).
+std::shared_ptr<const cuda_detail::DilatedSplit> call_split(const BlockMask& mask, cuda_detail::TileShape tile,
+                                                            int64_t q_heads, cudaStream_t s) {
+  std::shared_ptr<const cuda_detail::DilatedSplit> split = cuda_detail::dilated_split(mask, tile);
+  if (!split || split->query_heads != q_heads) return nullptr;
+  if (cuda_detail::device_tile_plan(split->permuted, tile, s).num_split_rows > 0) return nullptr;
+  return split;
+}
+
 // A dilated term through the token permutation (cuda/plan/dilated_split.hpp):
 // the rest of the pattern into out and the LSE (the caller's or scratch),
 // then block-diagonal attention over the (segment, residue) groups (less the
@@ -131,19 +146,6 @@ cuda_detail::TensorArg from_row(cuda_detail::TensorArg t, int64_t row, int64_t e
 // (FwdParams::residue_rate: rows step by the rate) and merges each row into
 // out and the LSE as it writes it. Both passes run on the kernel the split
 // was made for.
-// The dilated split a call on `tile` runs, if any. Its permuted pass merges
-// each row into the rest's result as it writes it, which the pieces of a
-// split row cannot; the pass's rows (one group's keys, causal or not, in
-// block-diagonal groups) stay within twice the average row, so its plans do
-// not split them, and a call whose permuted plan did would run without the
-// permutation (cuda_prepare_mask prepares that plan too).
-std::shared_ptr<const cuda_detail::DilatedSplit> call_split(const BlockMask& mask, cuda_detail::TileShape tile,
-                                                            cudaStream_t s) {
-  std::shared_ptr<const cuda_detail::DilatedSplit> split = cuda_detail::dilated_split(mask, tile);
-  if (split && cuda_detail::device_tile_plan(split->permuted, tile, s).num_split_rows > 0) return nullptr;
-  return split;
-}
-
 void run_dilated_split(const cuda_detail::DilatedSplit& split, const cuda_detail::FwdParams& p, DType dtype,
                        bool sm90, cuda_detail::TileShape tile, cudaStream_t s) {
   const int64_t shift = p.k_len - p.q_len;  // query row i sits at position i + shift
@@ -245,8 +247,8 @@ void cuda_attention(const TensorView& q, const TensorView& k, const TensorView& 
   }
   const cuda_detail::TileShape tile = cuda_detail::call_tile(sm90, p.head_dim, mask, true);
   // The split's full runs depend on the tile (dilated_split.hpp), so it is made for the chosen kernel.
-  const std::shared_ptr<const cuda_detail::DilatedSplit> split = call_split(mask, tile, s);
-  if (split && split->query_heads == p.q_heads) return run_dilated_split(*split, p, q.dtype, sm90, tile, s);
+  const std::shared_ptr<const cuda_detail::DilatedSplit> split = call_split(mask, tile, p.q_heads, s);
+  if (split) return run_dilated_split(*split, p, q.dtype, sm90, tile, s);
   p.mask = cuda_detail::device_mask(mask, s);
   p.plan = cuda_detail::device_tile_plan(mask, tile, s);
   run_fused(p, q.dtype, sm90, tile, s);

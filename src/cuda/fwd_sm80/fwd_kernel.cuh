@@ -25,8 +25,8 @@
 // fp32 to its partial-result slot instead; split_combine.cu merges). The
 // permuted pass of a dilated split reads its groups' rows of q, k and v in
 // place (rows step by FwdParams::residue_rate) and merges each row into the
-// rest pass's result in out and the LSE. A row
-// with no allowed key keeps m = -inf and l = 0 and writes O = 0, LSE = -inf.
+// rest pass's result in out and the LSE. A row with no allowed key keeps
+// m = -inf and l = 0 and writes O = 0, LSE = -inf.
 // In a packed varlen batch the batch index is the sequence: its rows and
 // lengths come from cu_seqlens (sequence_span.hpp), the mask (built for the
 // longest sequence, one row per position) is read as is, a tile's query rows

@@ -6,8 +6,8 @@
 // covers complete segments is split into two disjoint parts:
 //   - the permuted part: D's pairs inside the regular segments (segments lying
 //     wholly inside both the query positions and the keys). Query head h sees
-//     residue h % r only, so gathering the tokens of each (segment, h % r)
-//     group into a contiguous run of G = w / r tokens turns D into
+//     residue h % r only, so taking the tokens of each (segment, h % r)
+//     group in order, as a run of G = w / r tokens, turns D into
 //     block-diagonal attention with blocks of G (causal inside a block when D
 //     is), all of whose computed blocks are full;
 //   - the rest: every other pair of E (E' and D's pairs in the ragged first or

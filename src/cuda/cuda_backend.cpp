@@ -102,6 +102,9 @@ bool use_sm90(const cuda_detail::FwdParams& p, const BlockMask& mask) {
 // to stream-ordered scratch (from a pool that keeps its memory: no
 // synchronisation, capturable in a graph).
 void run_fused(cuda_detail::FwdParams p, DType dtype, bool sm90, cuda_detail::TileShape tile, cudaStream_t s) {
+  require(!p.merge_into_out || (p.plan.num_split_rows == 0 && p.lse != nullptr),
+          "CUDA backend: a pass merged into out needs the rest's LSE and cannot have split rows (their combine "
+          "step does not merge)");
   const auto run = [&] {
     if (sm90)
       cuda_detail::run_fwd_sm90(p, dtype, s);

@@ -22,9 +22,6 @@ void launch_fwd_sm80(const FwdParams& p, cudaStream_t stream) {
                 "tile plan and kernel tile agree");
   const auto kernel = p.merge_into_out ? fwd_sm80_kernel<Tr, true> : fwd_sm80_kernel<Tr, false>;
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Tr::kSmemBytes, "fwd_sm80");
-  require(!p.merge_into_out || (p.plan.num_split_rows == 0 && p.lse != nullptr),
-          "CUDA sm80 kernel: a pass merged into out needs the rest's LSE and cannot have split rows (their "
-          "combine step does not merge)");
   const int64_t ctas = p.plan.num_items * launch_copies(p);
   require(ctas <= 0x7fffffff, "CUDA backend: ", ctas, " work items exceed the grid limit");
   // At least kMinBlocksPerSm CTAs run on each SM at a time (two; one at D =

@@ -43,8 +43,6 @@ void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   const auto kernel = fwd_sm90_kernel<Tr>;
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Tr::kSmemBytes, "fwd_sm90");
   const DeviceInfo& device = current_device_info();
-  require(!p.merge_into_out || p.plan.num_split_rows == 0,
-          "CUDA sm90 kernel: a pass merged into out cannot have split rows (their combine step does not merge)");
   const int64_t units = p.plan.num_items * launch_copies(p);
   require(units <= INT32_MAX, "CUDA sm90 kernel: ", units,
           " work units (plan items x batch x query heads per mask head) exceed 2^31 - 1");

@@ -61,6 +61,14 @@ MaskRows mask_rows_of(const BlockMaskView& view, TileShape tile, int64_t t) {
   return {t * tile.rows / view.block_q, std::min((t * tile.rows + tile.rows - 1) / view.block_q, view.num_q_blocks - 1)};
 }
 
+// The key tiles that key block kb (of block_k keys) overlaps.
+struct KeyTiles {
+  int64_t first, last;
+};
+KeyTiles key_tiles_of(int64_t kb, int64_t block_k, TileShape tile, int64_t num_k_tiles) {
+  return {kb * block_k / tile.cols, std::min(((kb + 1) * block_k - 1) / tile.cols, num_k_tiles - 1)};
+}
+
 // Number of key tiles a (mask head, query tile) row visits.
 std::vector<int64_t> row_work(const BlockMask& mask, TileShape tile, const HostTilePlan& plan) {
   const int64_t num_q_tiles = ceil_div(mask.q_len(), tile.rows);
@@ -118,9 +126,8 @@ void derive(const BlockMask& mask, TileShape tile, HostTilePlan& plan) {
         const auto row_first = static_cast<std::ptrdiff_t>(touched.size());
         for (int64_t at = view.row_begin(row); at < view.row_end(row); ++at) {
           const int64_t kb = view.kv_indices[at];
-          const int64_t u0 = kb * bk / tile.cols;
-          const int64_t u1 = std::min(((kb + 1) * bk - 1) / tile.cols, num_k_tiles - 1);
-          for (int64_t u = u0; u <= u1; ++u) {
+          const KeyTiles span = key_tiles_of(kb, bk, tile, num_k_tiles);
+          for (int64_t u = span.first; u <= span.last; ++u) {
             const int64_t sc = bk >= tile.cols ? 0 : kb - u * (tile.cols / bk);
             const uint64_t bit = rows_bits << sc;
             if (present[u] == 0) touched.push_back(static_cast<int32_t>(u));
@@ -255,8 +262,8 @@ int64_t tile_plan_key_tiles(const BlockMask& mask, TileShape tile) {
         const int64_t row = view.row(g, r);
         for (int64_t at = view.row_begin(row); at < view.row_end(row); ++at) {
           const int64_t kb = view.kv_indices[at];
-          const int64_t u1 = std::min(((kb + 1) * bk - 1) / tile.cols, num_k_tiles - 1);
-          for (int64_t u = kb * bk / tile.cols; u <= u1; ++u)
+          const KeyTiles span = key_tiles_of(kb, bk, tile, num_k_tiles);
+          for (int64_t u = span.first; u <= span.last; ++u)
             if (seen[u] != tile_row) {
               seen[u] = tile_row;
               ++tiles;

@@ -4,7 +4,7 @@
 //   spattn_cuda_bench --cases dense,causal,window,streaming,random,bigbird,dilated,mix,allblocks
 //                     --seq 32768 --heads 16 --head-dim 128 [--batch 1] [--dtype bf16]
 //                     [--block 128] [--kernel fused|sm80|sm90|naive] [--repeats 20] [--dump-dir DIR]
-//                     [--varlen N] [--warmup-ms 0]
+//                     [--varlen N] [--rest-ms 500] [--warmup-ms 0] [--timed-ms 0]
 //
 // Cases (bottom-right aligned, Lq = Lk = seq): dense; causal; window = causal
 // sliding window of 4096 keys; streaming = 128 sinks + 4096 window; random =
@@ -29,14 +29,20 @@
 // Hopper kernel where it runs); sm80 and sm90 force one fused kernel; naive is
 // the one-thread-per-row baseline. The JSON names the kernel timed.
 //
-// Timing: CUDA events around each of --repeats calls, the median reported,
-// after one untimed call and then calls of the same case for --warmup-ms
-// milliseconds (default none). The card's clocks follow its power draw: an
-// H100 under minutes-long dense load sits at its 700 W cap near 1300-1600 MHz
-// against 1980 MHz in short bursts, so a longer warm-up measures that
-// sustained state, and a case timed right after a heavy one inherits part of
-// it (docs/cuda.md, "Clocks and warm-up"). The default keeps the short-burst
-// regime of triton's do_bench, which times the peers.
+// Timing: each case starts after --rest-ms milliseconds with the card idle
+// (default 500), then one untimed call, then calls of the same case for
+// --warmup-ms milliseconds (default none), then CUDA events around each of
+// --repeats calls, and more until the timed calls add up to --timed-ms
+// (default none), the median reported. The card's clocks follow its power
+// draw: an H100 under minutes-long dense load sits at its 700 W cap near
+// 1300-1600 MHz against 1980 MHz in short bursts, and a case timed right
+// after a heavy one inherits part of that (docs/cuda.md, "Clocks and
+// warm-up"). The rest makes each case's figure independent of the cases
+// before it (the clock is back at 1980 MHz within about 100 ms of idling:
+// bench/results/clocks_regime_nvidia_h100.csv); a longer
+// warm-up measures the sustained state instead. bench/gpu_peers.py runs this
+// with --warmup-ms 25 --timed-ms 100, triton do_bench's defaults, and gives
+// the peers the same rest before each do_bench.
 // Effective TFLOP/s = 4 * kept_pairs * head_dim / time.
 #include <cuda_runtime_api.h>
 
@@ -47,6 +53,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench_common.hpp"
@@ -60,7 +67,7 @@ namespace {
 struct Options {
   std::vector<std::string> cases;
   int64_t seq = 32768, heads = 16, head_dim = 128, batch = 1, block = 128, repeats = 20, varlen = 0;
-  double warmup_ms = 0;
+  double rest_ms = 500, warmup_ms = 0, timed_ms = 0;
   DType dtype = DType::BF16;
   std::string kernel = "fused";
   std::string dump_dir;
@@ -83,11 +90,16 @@ Options parse(int argc, char** argv) {
     else if (flag == "--kernel") o.kernel = value;
     else if (flag == "--dump-dir") o.dump_dir = value;
     else if (flag == "--varlen") o.varlen = std::stoll(value);
+    else if (flag == "--rest-ms") o.rest_ms = std::stod(value);
     else if (flag == "--warmup-ms") o.warmup_ms = std::stod(value);
+    else if (flag == "--timed-ms") o.timed_ms = std::stod(value);
     else fail("unknown flag ", flag);
   }
   require(!o.cases.empty(), "--cases is required");
+  require(o.rest_ms >= 0, "--rest-ms must be >= 0, got ", o.rest_ms);
   require(o.warmup_ms >= 0, "--warmup-ms must be >= 0, got ", o.warmup_ms);
+  require(o.timed_ms >= 0, "--timed-ms must be >= 0, got ", o.timed_ms);
+  require(o.repeats >= 1, "--repeats must be >= 1, got ", o.repeats);
   require(o.kernel == "fused" || o.kernel == "sm80" || o.kernel == "sm90" || o.kernel == "naive",
           "--kernel must be fused, sm80, sm90 or naive, got '", o.kernel, "'");
   return o;
@@ -229,6 +241,8 @@ void run(const Options& o) {
     const auto t1 = std::chrono::steady_clock::now();
     if (!naive) cuda_prepare_mask(mask);
     const double prepare_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();
+    check(cudaDeviceSynchronize(), "rest");
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o.rest_ms));
     call();  // uploads the naive kernel's mask, loads the module
     check(cudaDeviceSynchronize(), "warm-up");
     for (const auto w0 = std::chrono::steady_clock::now();
@@ -237,7 +251,11 @@ void run(const Options& o) {
       check(cudaDeviceSynchronize(), "warm-up");
     }
     std::vector<float> times;
-    for (int64_t r = 0; r < o.repeats; ++r) times.push_back(timer.time_ms(nullptr, call));
+    double timed_total = 0;
+    while (static_cast<int64_t>(times.size()) < o.repeats || timed_total < o.timed_ms) {
+      times.push_back(timer.time_ms(nullptr, call));
+      timed_total += times.back();
+    }
     std::sort(times.begin(), times.end());
     const double median_ms = times[times.size() / 2];
     const double tflops = 4.0 * static_cast<double>(kept) * static_cast<double>(D) / (median_ms * 1e-3) / 1e12;
@@ -245,13 +263,13 @@ void run(const Options& o) {
         "{\"case\": \"%s\", \"kernel\": \"%s\", \"batch\": %lld, \"heads\": %lld, \"seq\": %lld, \"head_dim\": %lld, "
         "\"dtype\": \"%s\", \"block\": %lld, \"kept_pairs\": %lld, \"density\": %.6f, \"time_ms\": %.4f, "
         "\"min_ms\": %.4f, \"tflops\": %.2f, \"mask_build_ms\": %.2f, \"prepare_ms\": %.2f, \"blocks\": %lld, \"full_blocks\": %lld, "
-        "\"varlen_seqs\": %lld}\n",
+        "\"varlen_seqs\": %lld, \"rest_ms\": %.0f, \"warmup_ms\": %.0f, \"timed_calls\": %zu}\n",
         name.c_str(), kernel_name(naive, sm90), static_cast<long long>(B),
         static_cast<long long>(H),
         static_cast<long long>(L), static_cast<long long>(D), dtype_name(o.dtype), static_cast<long long>(o.block),
         static_cast<long long>(kept), density, median_ms, times.front(), tflops, build_ms, prepare_ms,
         static_cast<long long>(mask.num_blocks()), static_cast<long long>(mask.num_full_blocks()),
-        static_cast<long long>(o.varlen));
+        static_cast<long long>(o.varlen), o.rest_ms, o.warmup_ms, times.size());
     std::fflush(stdout);
   }
 }

@@ -10,7 +10,12 @@ For every shape and pattern it times, on the current GPU:
     create_block_mask with 128-blocks; block-level masks (random, bigbird) are
     read from the blocks spattn dumped, so both sides compute the same pairs.
 Times are medians of triton.testing.do_bench (events); effective TFLOP/s count
-only the kept pairs: 4 * kept_pairs * D / time. Results go to
+only the kept pairs: 4 * kept_pairs * D / time. spattn's bench times its
+calls in do_bench's regime (25 ms of warm-up calls, then at least 100 ms of
+timed calls). Every timing, spattn's and the
+peers', starts after --rest-ms (default 500) with the card idle, so that no
+figure inherits the clock a heavy case before it lowered (the card's clock
+follows its power draw: docs/cuda.md, "Clocks and warm-up"). Results go to
 bench/results/cuda_<card>.json, and a markdown table is printed.
 
     python3 bench/gpu_peers.py --bench build/bench/spattn_cuda_bench [--shapes 32768x16,131072x8]
@@ -31,11 +36,12 @@ CASES = ["dense", "causal", "window", "streaming", "random", "bigbird", "dilated
 BLOCK = 128
 
 
-def ours(bench, cases, seq, heads, head_dim, dump_dir, repeats, kernel="fused"):
+def ours(bench, cases, seq, heads, head_dim, dump_dir, repeats, rest_ms, kernel="fused"):
     """Runs spattn_cuda_bench with --kernel `kernel`; returns {case: json record}."""
     cmd = [bench, "--cases", ",".join(cases), "--seq", str(seq), "--heads", str(heads),
            "--head-dim", str(head_dim), "--block", str(BLOCK), "--repeats", str(repeats),
-           "--dump-dir", dump_dir, "--kernel", kernel]
+           "--dump-dir", dump_dir, "--kernel", kernel, "--rest-ms", str(rest_ms),
+           "--warmup-ms", "25", "--timed-ms", "100"]  # do_bench's warm-up and timed span
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return {r["case"]: r for r in (json.loads(line) for line in out.splitlines() if line.startswith("{"))}
 
@@ -75,14 +81,24 @@ IMPLEMENTATIONS = [("spattn", "spattn (auto: sm90 wgmma)"), ("spattn_sm80", "spa
                    ("sdpa_cudnn", "SDPA cuDNN"), ("sdpa_flash", "SDPA flash (FA2)"), ("flex", "FlexAttention")]
 
 
-def plot(json_path, png_path):
-    """Bar chart of effective TFLOP/s per pattern, one panel per shape."""
+def plot(json_paths, png_path):
+    """Bar chart of effective TFLOP/s per pattern, one panel per shape, from
+    one or more saved results of the same card (one call per shape, say)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    with open(json_path) as f:
-        data = json.load(f)
+    data = None
+    for path in json_paths:
+        with open(path) as f:
+            part = json.load(f)
+        if data is None:
+            data = part
+            continue
+        for key in ("card", "dtype", "block"):
+            if part.get(key) != data.get(key):
+                raise SystemExit(f"--plot: {path} has {key} {part.get(key)!r}, {json_paths[0]} {data.get(key)!r}")
+        data["results"] = data["results"] + part["results"]
     shapes = sorted({(r["seq"], r["heads"]) for r in data["results"]})
     fig, axes = plt.subplots(len(shapes), 1, figsize=(10, 3.6 * len(shapes)), squeeze=False)
     for ax, (seq, heads) in zip(axes[:, 0], shapes):
@@ -112,12 +128,18 @@ def main():
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--rest-ms", type=float, default=500.0,
+                        help="idle time before every timing (spattn's and the peers')")
     parser.add_argument("--out", default=None, help="JSON path (default bench/results/cuda_<card>.json)")
-    parser.add_argument("--plot", default=None, help="draw this saved result instead of measuring")
+    parser.add_argument("--plot", default=None,
+                        help="draw these saved results (comma separated, one card) instead of measuring")
     parser.add_argument("--png", default=None, help="PNG path for --plot")
     args = parser.parse_args()
+    if args.rest_ms < 0:
+        parser.error(f"--rest-ms must be >= 0, got {args.rest_ms}")
     if args.plot:
-        plot(args.plot, args.png or os.path.splitext(args.plot)[0] + ".png")
+        paths = args.plot.split(",")
+        plot(paths, args.png or os.path.splitext(paths[0])[0] + ".png")
         return 0
     return measure(args)
 
@@ -138,13 +160,20 @@ def measure(args):
     card = torch.cuda.get_device_name()
     cases = args.cases.split(",")
     flex = torch.compile(flex_attention)
+
+    def timed(fn):
+        """do_bench's median after the card has been idle for --rest-ms."""
+        torch.cuda.synchronize()
+        time.sleep(args.rest_ms / 1e3)
+        return do_bench(fn, warmup=25, rep=100, return_mode="median")
+
     results = []
     for shape in args.shapes.split(","):
         seq, heads = (int(x) for x in shape.split("x"))
         D = args.head_dim
         with tempfile.TemporaryDirectory() as dump_dir:
-            mine = ours(args.bench, cases, seq, heads, D, dump_dir, args.repeats)
-            portable = ours(args.bench, cases, seq, heads, D, dump_dir, args.repeats, kernel="sm80")
+            mine = ours(args.bench, cases, seq, heads, D, dump_dir, args.repeats, args.rest_ms)
+            portable = ours(args.bench, cases, seq, heads, D, dump_dir, args.repeats, args.rest_ms, kernel="sm80")
             torch.manual_seed(0)
             q, k, v = (torch.randn(1, heads, seq, D, device=device, dtype=torch.bfloat16) for _ in range(3))
             for case in cases:
@@ -161,7 +190,7 @@ def measure(args):
                         try:
                             with sdpa_kernel(backend):
                                 fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=case == "causal")
-                                ms = do_bench(fn, warmup=25, rep=100, return_mode="median")
+                                ms = timed(fn)
                             row[f"sdpa_{name}_ms"] = ms
                             row[f"sdpa_{name}_tflops"] = tflops(kept, D, ms)
                         except RuntimeError as e:
@@ -177,7 +206,7 @@ def measure(args):
                                                        device=device, BLOCK_SIZE=BLOCK, _compile=True)
                         torch.cuda.synchronize()
                     row["flex_mask_build_ms"] = (time.perf_counter() - t0) * 1e3
-                ms = do_bench(lambda: flex(q, k, v, block_mask=block_mask), warmup=25, rep=100, return_mode="median")
+                ms = timed(lambda: flex(q, k, v, block_mask=block_mask))
                 row["flex_ms"] = ms
                 row["flex_tflops"] = tflops(kept, D, ms)
                 results.append(row)
@@ -198,6 +227,7 @@ def measure(args):
     with open(out, "w") as f:
         json.dump({"card": card, "torch": torch.__version__, "dtype": "bf16", "batch": 1, "block": BLOCK,
                    "timing": "median of CUDA-event timings (spattn: its own events; peers: triton do_bench)",
+                   "rest_ms": args.rest_ms,
                    "results": results}, f, indent=1)
     print(f"\n{card}, bf16, B=1, D={args.head_dim}, effective TFLOP/s on kept pairs (time ms)")
     print("| L | H | pattern | density | spattn (kernel) | spattn sm80 | SDPA cuDNN | SDPA flash | FlexAttention "

@@ -11,12 +11,14 @@ For every shape and pattern it times, on the current GPU:
     read from the blocks spattn dumped, so both sides compute the same pairs.
 Times are medians of triton.testing.do_bench (events); effective TFLOP/s count
 only the kept pairs: 4 * kept_pairs * D / time. spattn's bench times its
-calls in do_bench's regime (25 ms of warm-up calls, then at least 100 ms of
-timed calls). Every timing, spattn's and the
-peers', starts after --rest-ms (default 500) with the card idle, so that no
-figure inherits the clock a heavy case before it lowered (the card's clock
-follows its power draw: docs/cuda.md, "Clocks and warm-up"). Results go to
-bench/results/cuda_<card>.json, and a markdown table is printed.
+calls in do_bench's regime (--warmup-ms of warm-up calls, default 25, then at
+least 100 ms of timed calls). Every timing, spattn's and the peers', starts
+after --rest-ms (default 500) with the card idle, so that no figure inherits
+the clock a heavy case before it lowered (the card's clock follows its power
+draw: docs/cuda.md, "Clocks and warm-up"); a longer --warmup-ms, the same for
+every implementation, measures the card at its power cap, as under sustained
+load. Results go to bench/results/cuda_<card>.json, and a markdown table is
+printed.
 
     python3 bench/gpu_peers.py --bench build/bench/spattn_cuda_bench [--shapes 32768x16,131072x8]
 """
@@ -36,12 +38,12 @@ CASES = ["dense", "causal", "window", "streaming", "random", "bigbird", "dilated
 BLOCK = 128
 
 
-def ours(bench, cases, seq, heads, head_dim, dump_dir, repeats, rest_ms, kernel="fused"):
+def ours(bench, cases, seq, heads, head_dim, dump_dir, repeats, rest_ms, warmup_ms, kernel="fused"):
     """Runs spattn_cuda_bench with --kernel `kernel`; returns {case: json record}."""
     cmd = [bench, "--cases", ",".join(cases), "--seq", str(seq), "--heads", str(heads),
            "--head-dim", str(head_dim), "--block", str(BLOCK), "--repeats", str(repeats),
            "--dump-dir", dump_dir, "--kernel", kernel, "--rest-ms", str(rest_ms),
-           "--warmup-ms", "25", "--timed-ms", "100"]  # do_bench's warm-up and timed span
+           "--warmup-ms", str(warmup_ms), "--timed-ms", "100"]  # do_bench's timed span
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return {r["case"]: r for r in (json.loads(line) for line in out.splitlines() if line.startswith("{"))}
 
@@ -130,6 +132,8 @@ def main():
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--rest-ms", type=float, default=500.0,
                         help="idle time before every timing (spattn's and the peers')")
+    parser.add_argument("--warmup-ms", type=float, default=25.0,
+                        help="warm-up calls before every timing (spattn's and the peers')")
     parser.add_argument("--out", default=None, help="JSON path (default bench/results/cuda_<card>.json)")
     parser.add_argument("--plot", default=None,
                         help="draw these saved results (comma separated, one card) instead of measuring")
@@ -137,6 +141,8 @@ def main():
     args = parser.parse_args()
     if args.rest_ms < 0:
         parser.error(f"--rest-ms must be >= 0, got {args.rest_ms}")
+    if args.warmup_ms < 0:
+        parser.error(f"--warmup-ms must be >= 0, got {args.warmup_ms}")
     if args.plot:
         paths = args.plot.split(",")
         plot(paths, args.png or os.path.splitext(paths[0])[0] + ".png")
@@ -165,15 +171,16 @@ def measure(args):
         """do_bench's median after the card has been idle for --rest-ms."""
         torch.cuda.synchronize()
         time.sleep(args.rest_ms / 1e3)
-        return do_bench(fn, warmup=25, rep=100, return_mode="median")
+        return do_bench(fn, warmup=args.warmup_ms, rep=100, return_mode="median")
 
     results = []
     for shape in args.shapes.split(","):
         seq, heads = (int(x) for x in shape.split("x"))
         D = args.head_dim
         with tempfile.TemporaryDirectory() as dump_dir:
-            mine = ours(args.bench, cases, seq, heads, D, dump_dir, args.repeats, args.rest_ms)
-            portable = ours(args.bench, cases, seq, heads, D, dump_dir, args.repeats, args.rest_ms, kernel="sm80")
+            mine = ours(args.bench, cases, seq, heads, D, dump_dir, args.repeats, args.rest_ms, args.warmup_ms)
+            portable = ours(args.bench, cases, seq, heads, D, dump_dir, args.repeats, args.rest_ms, args.warmup_ms,
+                            kernel="sm80")
             torch.manual_seed(0)
             q, k, v = (torch.randn(1, heads, seq, D, device=device, dtype=torch.bfloat16) for _ in range(3))
             for case in cases:
@@ -227,7 +234,7 @@ def measure(args):
     with open(out, "w") as f:
         json.dump({"card": card, "torch": torch.__version__, "dtype": "bf16", "batch": 1, "block": BLOCK,
                    "timing": "median of CUDA-event timings (spattn: its own events; peers: triton do_bench)",
-                   "rest_ms": args.rest_ms,
+                   "rest_ms": args.rest_ms, "warmup_ms": args.warmup_ms,
                    "results": results}, f, indent=1)
     print(f"\n{card}, bf16, B=1, D={args.head_dim}, effective TFLOP/s on kept pairs (time ms)")
     print("| L | H | pattern | density | spattn (kernel) | spattn sm80 | SDPA cuDNN | SDPA flash | FlexAttention "

@@ -16,7 +16,9 @@
 # dense,causal,window,streaming,bigbird,dilated), HEAD_DIM (default 128) and
 # KERNEL (default fused). Also ROUNDS (default 2), CUDA_ARCHS (default 90),
 # HEAD_DIMS (the builds' SPATTN_CUDA_HEAD_DIMS, default the head dims timed),
-# BENCH_ARGS (more spattn_cuda_bench flags for every timing, e.g. "--block 64").
+# BENCH_ARGS (more spattn_cuda_bench flags for every timing, e.g. "--block 64"),
+# TIMING (its timing flags, default "--warmup-ms 25 --timed-ms 100": the peer
+# tables' regime, each case after the bench's 500 ms rest).
 # Prints one line per (spec, case, round, side) and the medians per side with
 # their ratio to the first variant; the JSON rows (fields side, round) go to
 # $OUT/ab.jsonl (OUT default ./gpu_ab_out).
@@ -70,7 +72,7 @@ for round in $(seq "${ROUNDS:-2}"); do
     IFS=: read -r head_dim heads cases kernel seq <<< "$spec"
     for side in "${sides[@]}"; do
       "$work/build-$side/bench/spattn_cuda_bench" --cases "$cases" --seq "$seq" --heads "$heads" \
-        --head-dim "$head_dim" --kernel "$kernel" ${BENCH_ARGS:-} |
+        --head-dim "$head_dim" --kernel "$kernel" ${TIMING:---warmup-ms 25 --timed-ms 100} ${BENCH_ARGS:-} |
         grep '^{' | python3 -c '
 import json, sys
 side, round_ = sys.argv[1], sys.argv[2]

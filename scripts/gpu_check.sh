@@ -110,13 +110,14 @@ fi
 
 if want bench; then
   # Both fused kernels in the same run: sm80 forced, then the library's choice
-  # (the sm90 kernel where it runs, dilated splits included).
+  # (the sm90 kernel where it runs, dilated splits included); each case timed
+  # as in the peer tables (after a rest, 25 ms warm-up, 100 ms timed).
   for shape in $(echo "${SHAPES:-32768x16,131072x8}" | tr , ' '); do
     seq=${shape%x*}; heads=${shape#*x}
     for kernel in sm80 fused; do
       step "bench $shape $kernel" "bench_${shape}_$kernel.jsonl" "$BUILD/bench/spattn_cuda_bench" \
         --cases "${CASES:-dense,causal,window,streaming,random,bigbird,dilated,window512,dilated-only}" \
-        --seq "$seq" --heads "$heads" --head-dim "${HEAD_DIM:-128}" --kernel "$kernel"
+        --seq "$seq" --heads "$heads" --head-dim "${HEAD_DIM:-128}" --kernel "$kernel" --warmup-ms 25 --timed-ms 100
       python3 - "$LOG/bench_${shape}_$kernel.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]

@@ -36,6 +36,7 @@ import numpy as np
 
 CASES = ["dense", "causal", "window", "streaming", "random", "bigbird", "dilated", "mix", "allblocks"]
 BLOCK = 128
+TIMED_MS = 100  # do_bench's timed span, for spattn's bench and the peers alike
 
 
 def ours(bench, cases, seq, heads, head_dim, dump_dir, repeats, rest_ms, warmup_ms, kernel="fused"):
@@ -43,7 +44,7 @@ def ours(bench, cases, seq, heads, head_dim, dump_dir, repeats, rest_ms, warmup_
     cmd = [bench, "--cases", ",".join(cases), "--seq", str(seq), "--heads", str(heads),
            "--head-dim", str(head_dim), "--block", str(BLOCK), "--repeats", str(repeats),
            "--dump-dir", dump_dir, "--kernel", kernel, "--rest-ms", str(rest_ms),
-           "--warmup-ms", str(warmup_ms), "--timed-ms", "100"]  # do_bench's timed span
+           "--warmup-ms", str(warmup_ms), "--timed-ms", str(TIMED_MS)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return {r["case"]: r for r in (json.loads(line) for line in out.splitlines() if line.startswith("{"))}
 
@@ -171,7 +172,7 @@ def measure(args):
         """do_bench's median after the card has been idle for --rest-ms."""
         torch.cuda.synchronize()
         time.sleep(args.rest_ms / 1e3)
-        return do_bench(fn, warmup=args.warmup_ms, rep=100, return_mode="median")
+        return do_bench(fn, warmup=args.warmup_ms, rep=TIMED_MS, return_mode="median")
 
     results = []
     for shape in args.shapes.split(","):

@@ -3,10 +3,14 @@
 //
 //   spattn_cuda_bench --cases dense,causal,window,streaming,random,bigbird,dilated,mix,allblocks
 //                     --seq 32768 --heads 16 --head-dim 128 [--batch 1] [--dtype bf16]
+//                     [--q-len N] [--kv-heads N]
 //                     [--block 128] [--kernel fused|sm80|sm90|naive] [--repeats 20] [--dump-dir DIR]
 //                     [--varlen N] [--rest-ms 500] [--warmup-ms 0] [--timed-ms 0]
 //
-// Cases (bottom-right aligned, Lq = Lk = seq): dense; causal; window = causal
+// Cases (bottom-right aligned, Lq = Lk = seq unless --q-len N takes the last
+// N positions as queries, as a decoding step or a chunk of a prefill over
+// cached keys does; --kv-heads N shares each kv head among heads / N query
+// heads): dense; causal; window = causal
 // sliding window of 4096 keys; streaming = 128 sinks + 4096 window; random =
 // 10% of the 128-blocks (seeded) plus the block diagonal (random-causal: the
 // same blocks, causal inside them); bigbird = BigBird
@@ -16,7 +20,8 @@
 // rest streaming 128 + 4096 (DuoAttention's retrieval and streaming heads);
 // allblocks = a custom block mask that keeps every block (density 1, to set
 // against dense); seed-streaming = streaming (16 sinks, 64 window); seed-blockdiag =
-// block-diagonal 16. --dump-dir writes each block-level mask as
+// block-diagonal 16 (the custom-block cases random, random-causal, bigbird and
+// allblocks need Lq = Lk). --dump-dir writes each block-level mask as
 // <case>_blocks.u8 (rows x cols bytes, 1 = kept) so the peer script can give
 // FlexAttention exactly the same blocks.
 //
@@ -51,6 +56,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -67,6 +73,8 @@ namespace {
 struct Options {
   std::vector<std::string> cases;
   int64_t seq = 32768, heads = 16, head_dim = 128, batch = 1, block = 128, repeats = 20, varlen = 0;
+  std::optional<int64_t> q_len_flag, kv_heads_flag;  // --q-len, --kv-heads (default seq, heads)
+  int64_t q_len = 0, kv_heads = 0;
   double rest_ms = 500, warmup_ms = 0, timed_ms = 0;
   DType dtype = DType::BF16;
   std::string kernel = "fused";
@@ -82,6 +90,8 @@ Options parse(int argc, char** argv) {
     if (flag == "--cases") o.cases = split(value);
     else if (flag == "--seq") o.seq = std::stoll(value);
     else if (flag == "--heads") o.heads = std::stoll(value);
+    else if (flag == "--q-len") o.q_len_flag = std::stoll(value);
+    else if (flag == "--kv-heads") o.kv_heads_flag = std::stoll(value);
     else if (flag == "--head-dim") o.head_dim = std::stoll(value);
     else if (flag == "--batch") o.batch = std::stoll(value);
     else if (flag == "--block") o.block = std::stoll(value);
@@ -96,6 +106,13 @@ Options parse(int argc, char** argv) {
     else fail("unknown flag ", flag);
   }
   require(!o.cases.empty(), "--cases is required");
+  o.q_len = o.q_len_flag.value_or(o.seq);
+  o.kv_heads = o.kv_heads_flag.value_or(o.heads);
+  require(o.q_len >= 1 && o.q_len <= o.seq, "--q-len must be in [1, --seq], got ", o.q_len);
+  require(o.kv_heads >= 1 && o.heads % o.kv_heads == 0, "--kv-heads must divide --heads (", o.heads, "), got ",
+          o.kv_heads);
+  require(o.varlen == 0 || (o.q_len == o.seq && o.kv_heads == o.heads),
+          "--q-len and --kv-heads take a regular batch (no --varlen)");
   require(o.rest_ms >= 0, "--rest-ms must be >= 0, got ", o.rest_ms);
   require(o.warmup_ms >= 0, "--warmup-ms must be >= 0, got ", o.warmup_ms);
   require(o.timed_ms >= 0, "--timed-ms must be >= 0, got ", o.timed_ms);
@@ -117,6 +134,9 @@ std::vector<uint8_t> random_blocks(int64_t n) {
 
 Pattern make_pattern(const std::string& name, const Options& o) {
   const int64_t n = (o.seq + o.block - 1) / o.block;
+  const bool blocks_of_square = name == "random" || name == "random-causal" || name == "bigbird" || name == "allblocks";
+  require(!blocks_of_square || o.q_len == o.seq, "case '", name, "' needs --q-len equal to --seq (its blocks are ",
+          n, " x ", n, "), got ", o.q_len);
   if (name == "dense") return Pattern::dense();
   if (name == "causal") return Pattern::causal();
   if (name == "window") return Pattern::sliding_window(4096);
@@ -186,19 +206,21 @@ void run(const Options& o) {
   std::vector<int32_t> cu_host = {0};
   for (int64_t len : lengths) cu_host.push_back(static_cast<int32_t>(cu_host.back() + len));
   // A varlen batch is one batch element of all the sequences' rows.
-  const int64_t B = o.varlen > 0 ? 1 : o.batch, H = o.heads, L = o.varlen > 0 ? cu_host.back() : o.seq;
+  const int64_t B = o.varlen > 0 ? 1 : o.batch, H = o.heads, Hkv = o.kv_heads;
+  const int64_t L = o.varlen > 0 ? cu_host.back() : o.seq, Lq = o.varlen > 0 ? L : o.q_len;
   const int64_t D = o.head_dim;
-  const int64_t n = B * H * L * D;
+  const int64_t n_q = B * H * Lq * D, n_kv = B * Hkv * L * D;
   const bool bf16 = o.dtype == DType::BF16;
-  DeviceBuffer q(n * 2), k(n * 2), v(n * 2), out(n * 2);
-  DeviceBuffer lse(static_cast<size_t>(B * H * L) * sizeof(float));
-  fill_random(q.get(), n, bf16, 1);
-  fill_random(k.get(), n, bf16, 2);
-  fill_random(v.get(), n, bf16, 3);
-  const auto view = [&](const DeviceBuffer& buffer) {
-    return o.varlen > 0 ? make_blhd(buffer.get(), o.dtype, 1, L, H, D) : make_bhld(buffer.get(), o.dtype, B, H, L, D);
+  DeviceBuffer q(n_q * 2), k(n_kv * 2), v(n_kv * 2), out(n_q * 2);
+  DeviceBuffer lse(static_cast<size_t>(B * H * Lq) * sizeof(float));
+  fill_random(q.get(), n_q, bf16, 1);
+  fill_random(k.get(), n_kv, bf16, 2);
+  fill_random(v.get(), n_kv, bf16, 3);
+  const auto view = [&](const DeviceBuffer& buffer, int64_t heads, int64_t rows) {
+    return o.varlen > 0 ? make_blhd(buffer.get(), o.dtype, 1, rows, heads, D)
+                        : make_bhld(buffer.get(), o.dtype, B, heads, rows, D);
   };
-  const TensorView tq = view(q), tk = view(k), tv = view(v), to = view(out);
+  const TensorView tq = view(q, H, Lq), tk = view(k, Hkv, L), tv = view(v, Hkv, L), to = view(out, H, Lq);
   DeviceBuffer cu(cu_host.size() * sizeof(int32_t));
   check(cudaMemcpy(cu.get(), cu_host.data(), cu_host.size() * sizeof(int32_t), cudaMemcpyHostToDevice),
         "cudaMemcpy cu_seqlens");
@@ -206,7 +228,7 @@ void run(const Options& o) {
   batch.cu_seqlens_q = batch.cu_seqlens_k = static_cast<const int32_t*>(cu.get());
   batch.num_seqs = o.varlen;
   batch.max_seqlen_q = batch.max_seqlen_k = o.seq;
-  const TensorView tl = make_lse(static_cast<float*>(lse.get()), B, H, L);
+  const TensorView tl = make_lse(static_cast<float*>(lse.get()), B, H, Lq);
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   const bool naive = o.kernel == "naive";
   if (o.kernel == "sm80") cuda_set_kernel(CudaKernel::Sm80);
@@ -218,7 +240,7 @@ void run(const Options& o) {
     const Pattern pattern = make_pattern(name, o);
     const auto t0 = std::chrono::steady_clock::now();
     const BlockMask mask = o.varlen > 0 ? varlen_mask(pattern, o.seq, o.block, o.block, H)
-                                        : BlockMask::build(pattern, MaskShape{L, L, o.block, o.block, H});
+                                        : BlockMask::build(pattern, MaskShape{Lq, L, o.block, o.block, H});
     const double build_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (!o.dump_dir.empty()) dump_blocks(mask, o.dump_dir + "/" + name + "_blocks.u8");
     // A varlen batch: pairs kept by each sequence at its own length, over all its pairs.
@@ -260,13 +282,14 @@ void run(const Options& o) {
     const double median_ms = times[times.size() / 2];
     const double tflops = 4.0 * static_cast<double>(kept) * static_cast<double>(D) / (median_ms * 1e-3) / 1e12;
     std::printf(
-        "{\"case\": \"%s\", \"kernel\": \"%s\", \"batch\": %lld, \"heads\": %lld, \"seq\": %lld, \"head_dim\": %lld, "
+        "{\"case\": \"%s\", \"kernel\": \"%s\", \"batch\": %lld, \"heads\": %lld, \"kv_heads\": %lld, "
+        "\"seq\": %lld, \"q_len\": %lld, \"head_dim\": %lld, "
         "\"dtype\": \"%s\", \"block\": %lld, \"kept_pairs\": %lld, \"density\": %.6f, \"time_ms\": %.4f, "
         "\"min_ms\": %.4f, \"tflops\": %.2f, \"mask_build_ms\": %.2f, \"prepare_ms\": %.2f, \"blocks\": %lld, \"full_blocks\": %lld, "
         "\"varlen_seqs\": %lld, \"rest_ms\": %.0f, \"warmup_ms\": %.0f, \"timed_calls\": %zu}\n",
         name.c_str(), kernel_name(naive, sm90), static_cast<long long>(B),
-        static_cast<long long>(H),
-        static_cast<long long>(L), static_cast<long long>(D), dtype_name(o.dtype), static_cast<long long>(o.block),
+        static_cast<long long>(H), static_cast<long long>(Hkv),
+        static_cast<long long>(L), static_cast<long long>(Lq), static_cast<long long>(D), dtype_name(o.dtype), static_cast<long long>(o.block),
         static_cast<long long>(kept), density, median_ms, times.front(), tflops, build_ms, prepare_ms,
         static_cast<long long>(mask.num_blocks()), static_cast<long long>(mask.num_full_blocks()),
         static_cast<long long>(o.varlen), o.rest_ms, o.warmup_ms, times.size());

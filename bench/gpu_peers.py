@@ -18,9 +18,14 @@ the clock a heavy case before it lowered (the card's clock follows its power
 draw: docs/cuda.md, "Clocks and warm-up"); a longer --warmup-ms, the same for
 every implementation, measures the card at its power cap, as under sustained
 load. Results go to bench/results/cuda_<card>.json, and a markdown table is
-printed.
+printed. --q-len N takes the last N of the seq positions as queries (a
+decoding step, or a chunk of a prefill over cached keys: causal is aligned
+bottom-right, SDPA gets torch's causal_lower_right bias for it); --kv-heads N
+shares each kv head among heads / N query heads (SDPA and FlexAttention with
+enable_gqa).
 
     python3 bench/gpu_peers.py --bench build/bench/spattn_cuda_bench [--shapes 32768x16,131072x8]
+                               [--head-dim 128] [--q-len N] [--kv-heads N]
 """
 import argparse
 import json
@@ -39,9 +44,10 @@ BLOCK = 128
 TIMED_MS = 100  # do_bench's timed span, for spattn's bench and the peers alike
 
 
-def ours(bench, cases, seq, heads, head_dim, dump_dir, repeats, rest_ms, warmup_ms, kernel="fused"):
+def ours(bench, cases, seq, heads, head_dim, q_len, kv_heads, dump_dir, repeats, rest_ms, warmup_ms, kernel="fused"):
     """Runs spattn_cuda_bench with --kernel `kernel`; returns {case: json record}."""
     cmd = [bench, "--cases", ",".join(cases), "--seq", str(seq), "--heads", str(heads),
+           "--q-len", str(q_len), "--kv-heads", str(kv_heads),
            "--head-dim", str(head_dim), "--block", str(BLOCK), "--repeats", str(repeats),
            "--dump-dir", dump_dir, "--kernel", kernel, "--rest-ms", str(rest_ms),
            "--warmup-ms", str(warmup_ms), "--timed-ms", str(TIMED_MS)]
@@ -49,8 +55,17 @@ def ours(bench, cases, seq, heads, head_dim, dump_dir, repeats, rest_ms, warmup_
     return {r["case"]: r for r in (json.loads(line) for line in out.splitlines() if line.startswith("{"))}
 
 
-def mask_mod_for(case, seq, heads, dump_dir, device):
-    """FlexAttention mask_mod of a benchmark case (None = dense), and whether it reads the head."""
+def mask_mod_for(case, seq, heads, dump_dir, device, q_offset=0):
+    """FlexAttention mask_mod of a benchmark case (None = dense), and whether it
+    reads the head; query index q stands for position q + q_offset."""
+    mask_mod, per_head = position_mask_mod(case, seq, heads, dump_dir, device)
+    if mask_mod is None or q_offset == 0:
+        return mask_mod, per_head
+    return (lambda b, h, q, kv: mask_mod(b, h, q + q_offset, kv)), per_head
+
+
+def position_mask_mod(case, seq, heads, dump_dir, device):
+    """mask_mod_for over positions (queries and keys both from 0)."""
     import torch
 
     if case in ("dense", "allblocks"):  # every block kept: FlexAttention's dense
@@ -129,6 +144,8 @@ def main():
     parser.add_argument("--bench", default="build/bench/spattn_cuda_bench")
     parser.add_argument("--shapes", default="32768x16,131072x8", help="seq x heads, comma separated")
     parser.add_argument("--head-dim", type=int, default=128)
+    parser.add_argument("--q-len", type=int, default=None, help="queries: the last N positions (default: seq)")
+    parser.add_argument("--kv-heads", type=int, default=None, help="kv heads (default: heads)")
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--rest-ms", type=float, default=500.0,
@@ -155,6 +172,7 @@ def measure(args):
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention.bias import causal_lower_right
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     from triton.testing import do_bench
 
@@ -178,16 +196,24 @@ def measure(args):
     for shape in args.shapes.split(","):
         seq, heads = (int(x) for x in shape.split("x"))
         D = args.head_dim
+        q_len = seq if args.q_len is None else args.q_len
+        kv_heads = heads if args.kv_heads is None else args.kv_heads
+        gqa = kv_heads != heads
         with tempfile.TemporaryDirectory() as dump_dir:
-            mine = ours(args.bench, cases, seq, heads, D, dump_dir, args.repeats, args.rest_ms, args.warmup_ms)
-            portable = ours(args.bench, cases, seq, heads, D, dump_dir, args.repeats, args.rest_ms, args.warmup_ms,
-                            kernel="sm80")
+            mine = ours(args.bench, cases, seq, heads, D, q_len, kv_heads, dump_dir, args.repeats, args.rest_ms,
+                        args.warmup_ms)
+            portable = ours(args.bench, cases, seq, heads, D, q_len, kv_heads, dump_dir, args.repeats, args.rest_ms,
+                            args.warmup_ms, kernel="sm80")
             torch.manual_seed(0)
-            q, k, v = (torch.randn(1, heads, seq, D, device=device, dtype=torch.bfloat16) for _ in range(3))
+            q = torch.randn(1, heads, q_len, D, device=device, dtype=torch.bfloat16)
+            k, v = (torch.randn(1, kv_heads, seq, D, device=device, dtype=torch.bfloat16) for _ in range(2))
+            # Causal over the last q_len positions: SDPA's is_causal aligns top-left, this bias bottom-right.
+            lower_right = causal_lower_right(q_len, seq) if q_len != seq else None
             for case in cases:
                 rec = mine[case]
                 kept = rec["kept_pairs"]
-                row = {"case": case, "seq": seq, "heads": heads, "head_dim": D, "dtype": "bf16",
+                row = {"case": case, "seq": seq, "q_len": q_len, "heads": heads, "kv_heads": kv_heads,
+                       "head_dim": D, "dtype": "bf16",
                        "density": rec["density"], "kept_pairs": kept,
                        "spattn_kernel": rec.get("kernel", "fused"),
                        "spattn_ms": rec["time_ms"], "spattn_tflops": rec["tflops"],
@@ -197,24 +223,27 @@ def measure(args):
                     for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
                         try:
                             with sdpa_kernel(backend):
-                                fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=case == "causal")
+                                causal = case == "causal"
+                                fn = lambda: F.scaled_dot_product_attention(
+                                    q, k, v, attn_mask=lower_right if causal else None,
+                                    is_causal=causal and lower_right is None, enable_gqa=gqa)
                                 ms = timed(fn)
                             row[f"sdpa_{name}_ms"] = ms
                             row[f"sdpa_{name}_tflops"] = tflops(kept, D, ms)
                         except RuntimeError as e:
                             row[f"sdpa_{name}_error"] = str(e).splitlines()[0]
-                mask_mod, per_head = mask_mod_for(case, seq, heads, dump_dir, device)
+                mask_mod, per_head = mask_mod_for(case, seq, heads, dump_dir, device, q_offset=seq - q_len)
                 block_mask = None
                 if mask_mod is not None:
                     # The second build is timed (the first compiles).
                     for _ in range(2):
                         torch.cuda.synchronize()
                         t0 = time.perf_counter()
-                        block_mask = create_block_mask(mask_mod, 1, heads if per_head else None, seq, seq,
+                        block_mask = create_block_mask(mask_mod, 1, heads if per_head else None, q_len, seq,
                                                        device=device, BLOCK_SIZE=BLOCK, _compile=True)
                         torch.cuda.synchronize()
                     row["flex_mask_build_ms"] = (time.perf_counter() - t0) * 1e3
-                ms = timed(lambda: flex(q, k, v, block_mask=block_mask))
+                ms = timed(lambda: flex(q, k, v, block_mask=block_mask, enable_gqa=gqa))
                 row["flex_ms"] = ms
                 row["flex_tflops"] = tflops(kept, D, ms)
                 results.append(row)
@@ -238,14 +267,19 @@ def measure(args):
                    "rest_ms": args.rest_ms, "warmup_ms": args.warmup_ms,
                    "results": results}, f, indent=1)
     print(f"\n{card}, bf16, B=1, D={args.head_dim}, effective TFLOP/s on kept pairs (time ms)")
-    print("| L | H | pattern | density | spattn (kernel) | spattn sm80 | SDPA cuDNN | SDPA flash | FlexAttention "
-          "| spattn / (d x dense) |")
+    print("| L (Lq x Lk) | H (q / kv) | pattern | density | spattn (kernel) | spattn sm80 | SDPA cuDNN | SDPA flash "
+          "| FlexAttention | spattn / (d x dense) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         def cell(key):
-            return f"{r[key + '_tflops']:.0f} ({r[key + '_ms']:.2f})" if key + "_ms" in r else "-"
+            if key + "_ms" not in r:
+                return "-"
+            ms = r[key + "_ms"]
+            return f"{r[key + '_tflops']:.0f} ({ms:.2f})" if ms >= 1 else f"{r[key + '_tflops']:.1f} ({ms:.4f})"
         ratio = r.get("spattn_vs_density_x_dense")
-        print(f"| {r['seq']} | {r['heads']} | {r['case']} | {r['density']:.4f} | {cell('spattn')} "
+        length = r["seq"] if r["q_len"] == r["seq"] else f"{r['q_len']} x {r['seq']}"
+        heads = r["heads"] if r["kv_heads"] == r["heads"] else f"{r['heads']} / {r['kv_heads']}"
+        print(f"| {length} | {heads} | {r['case']} | {r['density']:.4f} | {cell('spattn')} "
               f"({r['spattn_kernel']}) | {cell('spattn_sm80')} | "
               f"{cell('sdpa_cudnn')} | {cell('sdpa_flash')} | {cell('flex')} | "
               f"{'-' if ratio is None else f'{ratio:.2f}'} |")

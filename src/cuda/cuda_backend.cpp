@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/device_info.hpp"
 #include "cuda/common/fwd_params.hpp"
 #include "cuda/common/scratch_pool.hpp"
 #include "cuda/common/split_combine.hpp"
@@ -21,6 +22,7 @@
 #include "spattn/attention.hpp"
 #include "spattn/cuda.hpp"
 #include "spattn/error.hpp"
+#include "spattn/pattern_terms.hpp"
 
 namespace spattn {
 namespace {
@@ -96,6 +98,21 @@ bool use_sm90(const cuda_detail::FwdParams& p, const BlockMask& mask) {
   const cuda_detail::TileShape tile = cuda_detail::sm90_tile(p.head_dim);
   return cuda_detail::choose_sm90("CUDA backend", p.head_dim, cuda_detail::tile_fits(mask, tile),
                                   [&] { cuda_detail::check_tile_fit(mask, tile); });
+}
+
+// The plan a call on `mask` runs on `tile`: the mask's own, or, where its
+// items times the call's copies (batch x query heads per mask head) are
+// fewer work units than the kernel runs at a time on the current device (a
+// call of few query tiles and heads, as in decoding, would leave most
+// multiprocessors idle), the plan that splits its rows into twice that many
+// units (device_fill_plan; the pieces merge as split rows do).
+cuda_detail::DeviceTilePlanView call_plan(const BlockMask& mask, cuda_detail::TileShape tile, bool sm90,
+                                          int64_t head_dim, int64_t copies, cudaStream_t s) {
+  const cuda_detail::DeviceTilePlanView plan = cuda_detail::device_tile_plan(mask, tile, s);
+  const int64_t resident =
+      int64_t{cuda_detail::current_device_info().sms} * (sm90 ? 1 : cuda_detail::sm80_ctas_per_sm(head_dim));
+  if (copies == 0 || plan.num_items * copies >= resident) return plan;
+  return cuda_detail::device_fill_plan(mask, tile, pattern_math::ceil_div(2 * resident, copies), s);
 }
 
 // The fused kernel with p.plan (of `tile`); split rows write partial results
@@ -253,7 +270,7 @@ void cuda_attention(const TensorView& q, const TensorView& k, const TensorView& 
   const std::shared_ptr<const cuda_detail::DilatedSplit> split = call_split(mask, tile, p.q_heads, s);
   if (split) return run_dilated_split(*split, p, q.dtype, sm90, tile, s);
   p.mask = cuda_detail::device_mask(mask, s);
-  p.plan = cuda_detail::device_tile_plan(mask, tile, s);
+  p.plan = call_plan(mask, tile, sm90, p.head_dim, p.batch * (p.q_heads / mask.num_heads()), s);
   run_fused(p, q.dtype, sm90, tile, s);
 }
 
@@ -283,7 +300,7 @@ void cuda_attention_varlen(const TensorView& q, const TensorView& k, const Tenso
   const auto s = static_cast<cudaStream_t>(stream);
   p.mask = cuda_detail::device_mask(mask, s);
   const cuda_detail::TileShape tile = cuda_detail::call_tile(sm90, p.head_dim, mask, false);
-  p.plan = cuda_detail::device_tile_plan(mask, tile, s);
+  p.plan = call_plan(mask, tile, sm90, p.head_dim, p.batch * (p.q_heads / mask.num_heads()), s);
   run_fused(p, q.dtype, sm90, tile, s);
 }
 

@@ -139,6 +139,57 @@ TEST(CudaTilePlan, SplitsRowsFarLongerThanTheAverage) {
   expect_items_cover_every_row_once(mask, plan, TileShape{128, 64});
 }
 
+// A plan asked for more items than it has rows (a call of few query tiles
+// and heads) splits every row longer than total / min_items key tiles, in
+// pieces of at least about kMinFillPieceTiles; asked for no more than its
+// rows, it is the plain plan.
+TEST(CudaTilePlan, SplitsFewLongRowsToFillTheDevice) {
+  using cuda_detail::kMinFillPieceTiles;
+  const TileShape tile{128, 128};
+  // One query tile over 128 key tiles (a decoding step over 16K keys).
+  const BlockMask decode = BlockMask::build(Pattern::dense(), MaskShape{100, 16384, 128, 128, 1});
+  ASSERT_EQ(cuda_detail::make_tile_plan(decode, tile).items.size(), 1u);
+  const HostTilePlan nine = cuda_detail::make_tile_plan(decode, tile, 9);  // pieces of ceil(128 / 9) = 15 tiles
+  EXPECT_EQ(nine.items.size(), 9u);
+  ASSERT_EQ(nine.split_rows.size(), 1u);
+  EXPECT_EQ(nine.split_rows[0].pieces, 9);
+  expect_items_cover_every_row_once(decode, nine, tile);
+  const HostTilePlan most = cuda_detail::make_tile_plan(decode, tile, 1000);
+  EXPECT_EQ(static_cast<int64_t>(most.items.size()), 128 / kMinFillPieceTiles);
+  for (const cuda_detail::WorkItem& item : most.items) EXPECT_EQ(item.end - item.begin, kMinFillPieceTiles);
+  expect_items_cover_every_row_once(decode, most, tile);
+  // A streaming row (a sink block and the 32 blocks of its window) splits
+  // into five pieces of 6 or 7 blocks; 256-key blocks count two tiles each.
+  const HostTilePlan streaming = cuda_detail::make_tile_plan(
+      BlockMask::build(Pattern::streaming(128, 4096), MaskShape{1, 32768, 128, 128, 1}), tile, 264);
+  EXPECT_EQ(streaming.items.size(), 5u);
+  const BlockMask wide = BlockMask::build(Pattern::dense(), MaskShape{128, 8192, 128, 256, 1});
+  const HostTilePlan wide_plan = cuda_detail::make_tile_plan(wide, tile, 100);
+  EXPECT_EQ(wide_plan.items.size(), 8u);  // 32 blocks of two tiles, pieces of four blocks
+  expect_items_cover_every_row_once(wide, wide_plan, tile);
+  // Causal rows of 1..8 tiles: none longer than a piece, none split.
+  const BlockMask causal = BlockMask::build(Pattern::causal(), MaskShape{1024, 1024, 128, 128, 2});
+  EXPECT_TRUE(cuda_detail::make_tile_plan(causal, tile, 100).split_rows.empty());
+  // Causal rows of 1..64 tiles (one mask head, shared by the two query
+  // heads): asked for no more items than its 64 rows, the plain plan; asked
+  // for 200, the rows longer than ceil(2080 / 200) = 11 tiles split, into
+  // pieces of at most 11.
+  const BlockMask long_causal = BlockMask::build(Pattern::causal(), MaskShape{8192, 8192, 128, 128, 2});
+  ASSERT_EQ(long_causal.num_heads(), 1);
+  const HostTilePlan plain = cuda_detail::make_tile_plan(long_causal, tile);
+  const HostTilePlan as_many = cuda_detail::make_tile_plan(long_causal, tile, 64);
+  ASSERT_EQ(as_many.items.size(), plain.items.size());
+  for (size_t n = 0; n < plain.items.size(); ++n) {
+    EXPECT_EQ(as_many.items[n].begin, plain.items[n].begin);
+    EXPECT_EQ(as_many.items[n].end, plain.items[n].end);
+  }
+  EXPECT_TRUE(as_many.split_rows.empty());
+  const HostTilePlan filled = cuda_detail::make_tile_plan(long_causal, tile, 200);
+  EXPECT_EQ(filled.split_rows.size(), 64u - 11u);
+  for (const cuda_detail::WorkItem& item : filled.items) EXPECT_LE(item.end - item.begin, 11) << "row " << item.row;
+  expect_items_cover_every_row_once(long_causal, filled, tile);
+}
+
 TEST(CudaTilePlan, LengthBandsCoverTheItemsInOrder) {
   // Causal rows of 1..47 tiles.
   const HostTilePlan causal = cuda_detail::make_tile_plan(

@@ -2,7 +2,8 @@
 // (cuda_set_kernel), against the fp64 reference on the key cases: every
 // pattern, both dtypes, head dims 64 and 128 (and 256, the sm90 kernel's
 // 128 x 64 tile), odd lengths, Lq != Lk both ways, GQA, batches, both layouts,
-// mask blocks 16..256, rows with no allowed key, split rows, scores rising
+// mask blocks 16..256, rows with no allowed key, split rows (long rows, and
+// the few rows of decoding-like calls split to fill the device), scores rising
 // along each row (the online softmax's rescaling), dilated terms through the
 // token permutation, each order of the work units; then the Hopper kernel's
 // tall tile forced on the same kinds of problems at head dim 64. The Hopper
@@ -112,6 +113,43 @@ TEST_P(GpuKernels, ManyUnitsPerMultiprocessorAtHeadDim64) {
   mixed.q_len = 5000;
   mixed.k_len = 8000;
   expect_matches_reference(mixed, seed++);
+}
+
+// Few query rows over many keys with few heads, as in decoding: the work
+// units are far fewer than the multiprocessors, so the call's plan splits
+// the rows into pieces (tile_plan.hpp, min_items) whose partial results
+// merge: one query, 16 grouped queries, and 200 causal rows (pieces of
+// different rows and lengths), dense, causal and streaming, both dtypes.
+TEST_P(GpuKernels, FewRowsOverManyKeys) {
+  uint64_t seed = 2270;
+  GpuProblem one;
+  one.q_heads = one.kv_heads = 2;
+  one.q_len = 1;
+  one.k_len = 20000;
+  one.head_dim = 128;
+  expect_matches_reference(one, seed++);
+  GpuProblem grouped;
+  grouped.pattern = Pattern::causal();
+  grouped.q_heads = 4;
+  grouped.kv_heads = 1;
+  grouped.q_len = 16;
+  grouped.k_len = 20011;
+  grouped.head_dim = 128;
+  grouped.dtype = grouped.out_dtype = DType::F16;
+  expect_matches_reference(grouped, seed++);
+  GpuProblem streaming;
+  streaming.pattern = Pattern::streaming(64, 4096);
+  streaming.q_heads = streaming.kv_heads = 2;
+  streaming.q_len = 3;
+  streaming.k_len = 30000;
+  expect_matches_reference(streaming, seed++);
+  GpuProblem rows;
+  rows.pattern = Pattern::causal();
+  rows.q_heads = rows.kv_heads = 1;
+  rows.q_len = 200;
+  rows.k_len = 10000;
+  rows.dtype = rows.out_dtype = DType::F16;
+  expect_matches_reference(rows, seed++);
 }
 
 TEST_P(GpuKernels, OddLengthsAndUnequalLengths) {

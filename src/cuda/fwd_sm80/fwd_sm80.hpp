@@ -27,6 +27,10 @@ constexpr TileShape sm80_tile(int64_t head_dim, bool wide_tile_fits) {
   return sm80_wide_head_dim(head_dim) && wide_tile_fits ? kSm80WideTile : kSm80NarrowTile;
 }
 
+// CTAs of the kernel that run on one multiprocessor at a time: two up to
+// D = 128 (the registers of two 128-thread CTAs), one at D = 256.
+constexpr int sm80_ctas_per_sm(int64_t head_dim) { return head_dim > 128 ? 1 : 2; }
+
 // Throws spattn::Error naming head_dim unless it is built.
 void check_fwd_sm80_head_dim(int64_t head_dim);
 

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 
+#include "cuda/fwd_sm80/fwd_sm80.hpp"
 #include "spattn/pattern_terms.hpp"
 
 namespace spattn::cuda_detail {
@@ -35,7 +36,7 @@ struct FwdTraits {
   static constexpr int kDAtoms = kHeadDim / 8;        // 8-wide MMA columns of O
   static constexpr int kRowChunks = kHeadDim / 8;     // 16-byte chunks per row
   static constexpr int kSmemStride = (kHeadDim + 63) / 64 * 64;
-  static constexpr int kMinBlocksPerSm = kHeadDim > 128 ? 1 : 2;
+  static constexpr int kMinBlocksPerSm = sm80_ctas_per_sm(kHeadDim);
   static constexpr int kExp2PolyEvery = 0;  // every exponential on ex2.approx (online_softmax.cuh)
 
   static constexpr int kQElems = kBlockM * kSmemStride;

@@ -26,6 +26,7 @@ using pattern_math::ceil_div;
 
 struct TilePlanEntry {
   TileShape tile;
+  int64_t min_items = 0;  // make_tile_plan's
   std::vector<DevicePtr> arrays;
   DeviceTilePlanView view;
 };
@@ -69,6 +70,12 @@ std::mutex& cache_mutex() {
   return m;
 }
 
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  check_cuda(cudaStreamIsCapturing(stream, &status), "cudaStreamIsCapturing");
+  return status != cudaStreamCaptureStatusNone;
+}
+
 // A device copy of `count` values at `host`, kept in `arrays`; null for none
 // (the plan views read an absent array as null).
 template <typename T>
@@ -86,9 +93,7 @@ const T* upload(std::vector<DevicePtr>& arrays, const std::vector<T>& host) {
 }
 
 void require_not_capturing(cudaStream_t stream) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  check_cuda(cudaStreamIsCapturing(stream, &status), "cudaStreamIsCapturing");
-  require(status == cudaStreamCaptureStatusNone,
+  require(!capturing(stream),
           "CUDA backend: the mask has no device plan yet and the stream is capturing a graph; "
           "call cuda_prepare_mask before the capture");
 }
@@ -146,16 +151,21 @@ void adopt_device_mask(const BlockMask& mask, const BlockMaskView& blocks,
   cache.devices.push_back(std::move(d));
 }
 
-DeviceTilePlanView device_tile_plan(const BlockMask& mask, TileShape tile, cudaStream_t stream) {
-  std::lock_guard<std::mutex> lock(cache_mutex());
-  PerDevice& d = per_device(mask, stream);
-  for (auto& e : d.tile_plans)
-    if (e->tile.rows == tile.rows && e->tile.cols == tile.cols) return e->view;
+namespace {
 
-  require_not_capturing(stream);
-  const HostTilePlan host = make_tile_plan(mask, tile);
+// The cached plan of (tile, min_items) on this device, or null.
+const TilePlanEntry* find_tile_plan(const PerDevice& d, TileShape tile, int64_t min_items) {
+  for (const auto& e : d.tile_plans)
+    if (e->tile.rows == tile.rows && e->tile.cols == tile.cols && e->min_items == min_items) return e.get();
+  return nullptr;
+}
+
+// Makes, uploads and caches the plan of (tile, min_items) on this device.
+DeviceTilePlanView make_device_tile_plan(const BlockMask& mask, PerDevice& d, TileShape tile, int64_t min_items) {
+  const HostTilePlan host = make_tile_plan(mask, tile, min_items);
   auto e = std::make_unique<TilePlanEntry>();
   e->tile = tile;
+  e->min_items = min_items;
   DeviceTilePlanView& view = e->view;
   view.blocks = d.mask.blocks;
   if (host.derived) {
@@ -186,6 +196,28 @@ DeviceTilePlanView device_tile_plan(const BlockMask& mask, TileShape tile, cudaS
   check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize after the tile plan upload");
   d.tile_plans.push_back(std::move(e));
   return d.tile_plans.back()->view;
+}
+
+}  // namespace
+
+DeviceTilePlanView device_tile_plan(const BlockMask& mask, TileShape tile, cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(cache_mutex());
+  PerDevice& d = per_device(mask, stream);
+  if (const TilePlanEntry* e = find_tile_plan(d, tile, 0)) return e->view;
+  require_not_capturing(stream);
+  return make_device_tile_plan(mask, d, tile, 0);
+}
+
+DeviceTilePlanView device_fill_plan(const BlockMask& mask, TileShape tile, int64_t min_items, cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(cache_mutex());
+  PerDevice& d = per_device(mask, stream);
+  if (const TilePlanEntry* e = find_tile_plan(d, tile, min_items)) return e->view;
+  if (!capturing(stream)) return make_device_tile_plan(mask, d, tile, min_items);
+  const TilePlanEntry* plain = find_tile_plan(d, tile, 0);
+  require(plain != nullptr,
+          "CUDA backend: the mask has no device plan yet and the stream is capturing a graph; "
+          "call cuda_prepare_mask before the capture");
+  return plain->view;
 }
 
 std::shared_ptr<const DilatedSplit> dilated_split(const BlockMask& mask, TileShape tile) {

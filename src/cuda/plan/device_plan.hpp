@@ -2,7 +2,9 @@
 //
 // The first call for a (mask, device) copies the BlockMask arrays and the
 // pattern's expressions and tables to the device; the first call for a
-// (mask, device, tile shape) also derives and copies the tile plan. Both live
+// (mask, device, tile shape) also derives and copies the tile plan (and the
+// first call that needs it, a plan that splits rows further to fill the
+// device: device_fill_plan). All live
 // in the mask's device_cache() slot and are freed with the last copy of the
 // mask. Later calls only look them up: no allocation, no copy, no host
 // synchronisation, so an attention call can be captured in a CUDA graph once
@@ -35,6 +37,12 @@ void adopt_device_mask(const BlockMask& mask, const BlockMaskView& blocks,
 
 // The tile plan of `tile` on the current device (same rules as device_mask).
 DeviceTilePlanView device_tile_plan(const BlockMask& mask, TileShape tile, cudaStream_t stream);
+
+// The tile plan of `tile` with about `min_items` items (make_tile_plan), kept
+// with the mask beside the plain one (one per value asked for). While
+// `stream` captures a graph and this plan does not exist yet, the plain plan
+// (which must, as for device_tile_plan): same results, fewer pieces.
+DeviceTilePlanView device_fill_plan(const BlockMask& mask, TileShape tile, int64_t min_items, cudaStream_t stream);
 
 // The mask's dilated split for a kernel of tile `tile` (dilated_split.hpp),
 // made on first use on the host and kept with the mask (one per tile); null

@@ -157,15 +157,19 @@ void derive(const BlockMask& mask, TileShape tile, HostTilePlan& plan) {
 }
 
 // One item per row, rows far longer than the average split into pieces of
-// about twice the average (at least kMinSplitTiles tiles), ordered by length
-// band (most work first), then mask head.
-void split_and_order(const BlockMask& mask, TileShape tile, HostTilePlan& plan) {
+// about twice the average (at least kMinSplitTiles tiles), or, where the rows
+// are fewer than min_items, every row into pieces of total / min_items tiles
+// (at least kMinFillPieceTiles); ordered by length band (most work first),
+// then mask head.
+void split_and_order(const BlockMask& mask, TileShape tile, int64_t min_items, HostTilePlan& plan) {
   const std::vector<int64_t> work = row_work(mask, tile, plan);
   const int64_t tiles_per_entry = plan.derived ? 1 : mask.block_k() / tile.cols;
   const std::vector<int64_t>& offsets = plan.derived ? plan.row_offsets : mask.row_offsets();
   const int64_t num_q_tiles = ceil_div(mask.q_len(), tile.rows);
   const int64_t total = std::accumulate(work.begin(), work.end(), int64_t{0});
-  const int64_t piece_tiles = std::max(kMinSplitTiles, 2 * ceil_div(total, static_cast<int64_t>(work.size())));
+  const int64_t rows = static_cast<int64_t>(work.size());
+  int64_t piece_tiles = std::max(kMinSplitTiles, 2 * ceil_div(total, rows));
+  if (min_items > rows) piece_tiles = std::min(piece_tiles, std::max(kMinFillPieceTiles, ceil_div(total, min_items)));
   const int64_t piece_entries = ceil_div(piece_tiles, tiles_per_entry);
   const std::vector<uint8_t>& full = plan.derived ? plan.kv_full : mask.kv_full();
   const std::vector<int32_t>& indices = plan.derived ? plan.kv_indices : mask.kv_indices();
@@ -274,13 +278,13 @@ int64_t tile_plan_key_tiles(const BlockMask& mask, TileShape tile) {
   return tiles;
 }
 
-HostTilePlan make_tile_plan(const BlockMask& mask, TileShape tile) {
+HostTilePlan make_tile_plan(const BlockMask& mask, TileShape tile, int64_t min_items) {
   check_tile_fit(mask, tile);
   HostTilePlan plan;
   plan.derived = !is_direct(mask, tile);
   plan.sub = sub_grid(mask, tile);
   if (plan.derived) derive(mask, tile, plan);
-  split_and_order(mask, tile, plan);
+  split_and_order(mask, tile, min_items, plan);
   return plan;
 }
 

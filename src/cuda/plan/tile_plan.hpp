@@ -16,7 +16,10 @@
 // except that a row visiting far more key tiles than the average (BigBird or
 // Longformer global rows, per-head mixes) is split into pieces of about
 // twice the average, each writing a partial result (normalised O and LSE in
-// fp32) that a combine step merges. Items are ordered by work in length
+// fp32) that a combine step merges; a plan asked for more items than it has
+// rows (a call whose rows times copies would leave multiprocessors idle, as
+// in decoding: few query tiles over many keys) splits its long rows further,
+// into about that many pieces. Items are ordered by work in length
 // bands, most first, so a grid launched in that order starts the longest
 // pieces first; within a band they go mask head by mask head.
 #pragma once
@@ -59,8 +62,15 @@ struct SplitRow {
   int32_t pieces = 0;
 };
 
-// Rows are split only into pieces of at least this many key tiles.
+// Rows far longer than the average are split only into pieces of at least
+// this many key tiles.
 constexpr int64_t kMinSplitTiles = 32;
+
+// Rows split to reach a plan's min_items (make_tile_plan) are split only
+// into pieces of at least about this many key tiles: each piece costs a unit's
+// start and end and a partial result, which a piece this long amortises
+// while the multiprocessors it fills would otherwise idle.
+constexpr int64_t kMinFillPieceTiles = 8;
 
 struct HostTilePlan {
   // False: the kernel walks the mask's own arrays. True: the arrays below,
@@ -96,7 +106,11 @@ void check_tile_fit(const BlockMask& mask, TileShape tile);
 // Whether check_tile_fit would accept the mask for `tile`.
 bool tile_fits(const BlockMask& mask, TileShape tile);
 
-HostTilePlan make_tile_plan(const BlockMask& mask, TileShape tile);
+// The plan of `tile`. `min_items`: where the rows are fewer, rows are split
+// into pieces of ceil(all rows' key tiles / min_items) tiles, at least
+// kMinFillPieceTiles, so that the plan has about min_items items where its rows
+// are long enough (0: split only rows far longer than the average).
+HostTilePlan make_tile_plan(const BlockMask& mask, TileShape tile, int64_t min_items = 0);
 
 // The key tiles the plan of `tile` visits over all its rows (its items'
 // entries times the key tiles of an entry: block_k / tile.cols where the

@@ -93,6 +93,26 @@ cuda_detail::FwdParams make_params(const TensorView& q, const TensorView& k, con
   return kernel_params(q, k, v, out, scale, lse);
 }
 
+// `t` (B, H, 1, D) viewed as (B, H / pack, pack, D): row r of head g is head
+// g * pack + r.
+TensorView heads_as_rows(TensorView t, int64_t pack) {
+  t.shape = {t.shape[0], t.shape[1] / pack, pack, t.shape[3]};
+  t.stride = {t.stride[0], t.stride[1] * pack, t.stride[1], t.stride[3]};
+  return t;
+}
+
+// The kernel arguments of a validated call with one query position whose
+// query heads run `pack` to a kv head as the rows of one tile
+// (FwdParams::pack_shift; packed_query_heads).
+cuda_detail::FwdParams packed_params(const TensorView& q, const TensorView& k, const TensorView& v,
+                                     const TensorView& out, double scale, const TensorView* lse, int64_t pack) {
+  const TensorView packed_lse = lse ? heads_as_rows(*lse, pack) : TensorView{};
+  cuda_detail::FwdParams p =
+      kernel_params(heads_as_rows(q, pack), k, v, heads_as_rows(out, pack), scale, lse ? &packed_lse : nullptr);
+  while ((int64_t{1} << p.pack_shift) < pack) ++p.pack_shift;
+  return p;
+}
+
 // Whether the Hopper kernel runs this call (choose_sm90 with the mask's fit).
 bool use_sm90(const cuda_detail::FwdParams& p, const BlockMask& mask) {
   const cuda_detail::TileShape tile = cuda_detail::sm90_tile(p.head_dim);
@@ -258,7 +278,10 @@ void cuda_prepare_mask(const BlockMask& mask) {
 
 void cuda_attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                     const BlockMask& mask, double scale, const TensorView* lse, void* stream) {
-  cuda_detail::FwdParams p = make_params(q, k, v, out, mask, scale, lse);
+  validate_attention(q, k, v, out, mask, lse);
+  const int64_t pack = cuda_detail::packed_query_heads(q.seq_len(), q.heads(), k.heads(), mask);
+  cuda_detail::FwdParams p =
+      pack > 1 ? packed_params(q, k, v, out, scale, lse, pack) : kernel_params(q, k, v, out, scale, lse);
   const auto s = static_cast<cudaStream_t>(stream);
   const bool sm90 = use_sm90(p, mask);
   if (!sm90) {

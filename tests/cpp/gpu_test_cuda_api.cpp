@@ -20,6 +20,7 @@
 #include "cuda/kernel_choice.hpp"
 #include "cuda/plan/dilated_split.hpp"
 #include "cuda/plan/tile_plan.hpp"
+#include "spattn/pattern.hpp"
 #include "gpu_test_support.hpp"
 #include "pattern_cases.hpp"
 
@@ -188,6 +189,33 @@ TEST(CudaTilePlan, SplitsFewLongRowsToFillTheDevice) {
   EXPECT_EQ(filled.split_rows.size(), 64u - 11u);
   for (const cuda_detail::WorkItem& item : filled.items) EXPECT_LE(item.end - item.begin, 11) << "row " << item.row;
   expect_items_cover_every_row_once(long_causal, filled, tile);
+}
+
+// One query position with grouped query heads: the heads of a kv head are
+// packed into one tile's rows where they share the mask and its predicate.
+TEST(CudaQueryHeadPacking, OnlyWhereTheGroupSharesTheMask) {
+  using cuda_detail::packed_query_heads;
+  const auto mask = [](const Pattern& pattern, int64_t heads) {
+    return BlockMask::build(pattern, MaskShape{1, 4096, 128, 128, heads});
+  };
+  const BlockMask causal = mask(Pattern::causal(), 32);
+  EXPECT_EQ(causal.num_heads(), 1);
+  EXPECT_EQ(packed_query_heads(1, 32, 8, causal), 4);
+  EXPECT_EQ(packed_query_heads(1, 32, 1, causal), 32);  // MQA
+  EXPECT_EQ(packed_query_heads(2, 32, 8, causal), 1);   // more than one query position
+  EXPECT_EQ(packed_query_heads(1, 8, 8, causal), 1);    // no grouping
+  EXPECT_EQ(packed_query_heads(1, 24, 8, causal), 1);   // three heads a group: not a power of two
+  EXPECT_EQ(packed_query_heads(1, 256, 1, causal), 1);  // more than a tile's rows
+  // A per-head mix of 4 expressions over 8 kv heads: each group inside one expression.
+  const Pattern mix = Pattern::per_head({Pattern::causal(), Pattern::sliding_window(512), Pattern::causal(),
+                                         Pattern::streaming(4, 64)});
+  EXPECT_EQ(packed_query_heads(1, 32, 8, mask(mix, 8)), 4);
+  EXPECT_EQ(packed_query_heads(1, 32, 8, mask(mix, 32)), 1);  // one mask head per query head
+  EXPECT_EQ(packed_query_heads(1, 8, 2, mask(mix, 8)), 1);    // eight mask heads over two kv heads
+  // Terms that read the query head.
+  EXPECT_EQ(packed_query_heads(1, 32, 8, mask(Pattern::dilated({256}, {4}), 1)), 1);
+  const std::vector<uint8_t> blocks(2 * 32, 1);  // per-head tables of one row of 32 blocks, two heads
+  EXPECT_EQ(packed_query_heads(1, 4, 2, mask(Pattern::custom(blocks, 2, 1, 32, 128, 128), 2)), 1);
 }
 
 TEST(CudaTilePlan, LengthBandsCoverTheItemsInOrder) {

@@ -152,6 +152,51 @@ TEST_P(GpuKernels, FewRowsOverManyKeys) {
   expect_matches_reference(rows, seed++);
 }
 
+// One query position with grouped query heads: each kv head's query heads
+// run as the rows of one tile (packed_query_heads): groups of 4 (bf16, both
+// layouts), 16 (MQA, fp16, fp32 output, head dim 64) and 2 (batch 2, a
+// sliding window over 20000 keys, so packed and split); then a per-head mix,
+// whose mask has a head per query head and so runs unpacked, without the LSE.
+TEST_P(GpuKernels, PackedQueryHeadsOfOneQuery) {
+  uint64_t seed = 2280;
+  GpuProblem grouped;
+  grouped.q_heads = 8;
+  grouped.kv_heads = 2;
+  grouped.q_len = 1;
+  grouped.k_len = 5000;
+  grouped.head_dim = 128;
+  for (Layout layout : {Layout::BHLD, Layout::BLHD}) {
+    grouped.layout = layout;
+    expect_matches_reference(grouped, seed++);
+  }
+  GpuProblem mqa;
+  mqa.pattern = Pattern::causal();
+  mqa.q_heads = 16;
+  mqa.kv_heads = 1;
+  mqa.q_len = 1;
+  mqa.k_len = 3000;
+  mqa.dtype = DType::F16;
+  mqa.out_dtype = DType::F32;
+  expect_matches_reference(mqa, seed++);
+  GpuProblem window;
+  window.pattern = Pattern::sliding_window(700);
+  window.batch = 2;
+  window.q_heads = 8;
+  window.kv_heads = 4;
+  window.q_len = 1;
+  window.k_len = 20000;
+  window.head_dim = 128;
+  expect_matches_reference(window, seed++);
+  GpuProblem mix;
+  mix.pattern = Pattern::per_head({Pattern::causal(), Pattern::streaming(4, 300)});
+  mix.q_heads = 16;
+  mix.kv_heads = 4;
+  mix.q_len = 1;
+  mix.k_len = 2500;
+  mix.with_lse = false;
+  expect_matches_reference(mix, seed++);
+}
+
 TEST_P(GpuKernels, OddLengthsAndUnequalLengths) {
   uint64_t seed = 2300;
   for (const GpuProblem& pr : odd_and_unequal_length_problems()) expect_matches_reference(pr, seed++);

@@ -123,12 +123,16 @@ __device__ __forceinline__ uint64_t lane_keep_word(const FwdParams& p, const Pat
                                                    bool full, bool excluding, const SequenceSpan& seq, int64_t h,
                                                    int64_t q0, int64_t k0, int warp, int slot) {
   constexpr int kSegments = Tr::kBlockN / 64;
-  const int row = warp * Tr::kWarpRows + slot % Tr::kWarpRows, segment = slot / Tr::kWarpRows % kSegments;
-  const int64_t i = q0 + row, seg_k0 = k0 + 64 * segment;
-  if (!seq.has_row(i)) return 0;
-  // Query row i sits at position i + shift (for a varlen sequence that is its
-  // mask row; a regular batch's mask rows are its query rows).
-  const int64_t shift = seq.k_len - seq.q_len;
+  const int kernel_row = warp * Tr::kWarpRows + slot % Tr::kWarpRows, segment = slot / Tr::kWarpRows % kSegments;
+  const int64_t seg_k0 = k0 + 64 * segment;
+  if (!seq.has_row(q0 + kernel_row)) return 0;
+  // The mask's query row i and its row in the tile (the kernel's, but for
+  // packed query heads: FwdParams::pack_shift). Query row i sits at position
+  // i + shift (for a varlen sequence that is its mask row; a regular batch's
+  // mask rows are its query rows).
+  const int row = kernel_row >> p.pack_shift;
+  const int64_t i = (q0 + kernel_row) >> p.pack_shift;
+  const int64_t shift = seq.k_len - (seq.q_len >> p.pack_shift);
   uint64_t word = ~uint64_t{0};
   if (!full) {
     const int64_t keys_left = seq.k_len - seg_k0;

@@ -115,41 +115,32 @@ TEST_P(GpuKernels, ManyUnitsPerMultiprocessorAtHeadDim64) {
   expect_matches_reference(mixed, seed++);
 }
 
+// `q_len` queries (the last positions) over `k_len` keys, `q_heads` over `kv_heads`.
+GpuProblem cache_problem(const Pattern& pattern, int64_t q_heads, int64_t kv_heads, int64_t q_len, int64_t k_len,
+                         int64_t head_dim, DType dtype) {
+  GpuProblem pr;
+  pr.pattern = pattern;
+  pr.q_heads = q_heads;
+  pr.kv_heads = kv_heads;
+  pr.q_len = q_len;
+  pr.k_len = k_len;
+  pr.head_dim = head_dim;
+  pr.dtype = pr.out_dtype = dtype;
+  return pr;
+}
+
 // Few query rows over many keys with few heads, as in decoding: the work
 // units are far fewer than the multiprocessors, so the call's plan splits
 // the rows into pieces (tile_plan.hpp, min_items) whose partial results
-// merge: one query, 16 grouped queries, and 200 causal rows (pieces of
-// different rows and lengths), dense, causal and streaming, both dtypes.
+// merge: one query, 16 grouped queries, 3 queries of a streaming mask and 200
+// causal rows (pieces of different rows and lengths), both dtypes.
 TEST_P(GpuKernels, FewRowsOverManyKeys) {
   uint64_t seed = 2270;
-  GpuProblem one;
-  one.q_heads = one.kv_heads = 2;
-  one.q_len = 1;
-  one.k_len = 20000;
-  one.head_dim = 128;
-  expect_matches_reference(one, seed++);
-  GpuProblem grouped;
-  grouped.pattern = Pattern::causal();
-  grouped.q_heads = 4;
-  grouped.kv_heads = 1;
-  grouped.q_len = 16;
-  grouped.k_len = 20011;
-  grouped.head_dim = 128;
-  grouped.dtype = grouped.out_dtype = DType::F16;
-  expect_matches_reference(grouped, seed++);
-  GpuProblem streaming;
-  streaming.pattern = Pattern::streaming(64, 4096);
-  streaming.q_heads = streaming.kv_heads = 2;
-  streaming.q_len = 3;
-  streaming.k_len = 30000;
-  expect_matches_reference(streaming, seed++);
-  GpuProblem rows;
-  rows.pattern = Pattern::causal();
-  rows.q_heads = rows.kv_heads = 1;
-  rows.q_len = 200;
-  rows.k_len = 10000;
-  rows.dtype = rows.out_dtype = DType::F16;
-  expect_matches_reference(rows, seed++);
+  for (const GpuProblem& pr : {cache_problem(Pattern::dense(), 2, 2, 1, 20000, 128, DType::BF16),
+                               cache_problem(Pattern::causal(), 4, 1, 16, 20011, 128, DType::F16),
+                               cache_problem(Pattern::streaming(64, 4096), 2, 2, 3, 30000, 64, DType::BF16),
+                               cache_problem(Pattern::causal(), 1, 1, 200, 10000, 64, DType::F16)})
+    expect_matches_reference(pr, seed++);
 }
 
 // One query position with grouped query heads: each kv head's query heads
@@ -159,40 +150,19 @@ TEST_P(GpuKernels, FewRowsOverManyKeys) {
 // whose mask has a head per query head and so runs unpacked, without the LSE.
 TEST_P(GpuKernels, PackedQueryHeadsOfOneQuery) {
   uint64_t seed = 2280;
-  GpuProblem grouped;
-  grouped.q_heads = 8;
-  grouped.kv_heads = 2;
-  grouped.q_len = 1;
-  grouped.k_len = 5000;
-  grouped.head_dim = 128;
+  GpuProblem grouped = cache_problem(Pattern::dense(), 8, 2, 1, 5000, 128, DType::BF16);
   for (Layout layout : {Layout::BHLD, Layout::BLHD}) {
     grouped.layout = layout;
     expect_matches_reference(grouped, seed++);
   }
-  GpuProblem mqa;
-  mqa.pattern = Pattern::causal();
-  mqa.q_heads = 16;
-  mqa.kv_heads = 1;
-  mqa.q_len = 1;
-  mqa.k_len = 3000;
-  mqa.dtype = DType::F16;
+  GpuProblem mqa = cache_problem(Pattern::causal(), 16, 1, 1, 3000, 64, DType::F16);
   mqa.out_dtype = DType::F32;
   expect_matches_reference(mqa, seed++);
-  GpuProblem window;
-  window.pattern = Pattern::sliding_window(700);
+  GpuProblem window = cache_problem(Pattern::sliding_window(700), 8, 4, 1, 20000, 128, DType::BF16);
   window.batch = 2;
-  window.q_heads = 8;
-  window.kv_heads = 4;
-  window.q_len = 1;
-  window.k_len = 20000;
-  window.head_dim = 128;
   expect_matches_reference(window, seed++);
-  GpuProblem mix;
-  mix.pattern = Pattern::per_head({Pattern::causal(), Pattern::streaming(4, 300)});
-  mix.q_heads = 16;
-  mix.kv_heads = 4;
-  mix.q_len = 1;
-  mix.k_len = 2500;
+  GpuProblem mix =
+      cache_problem(Pattern::per_head({Pattern::causal(), Pattern::streaming(4, 300)}), 16, 4, 1, 2500, 64, DType::BF16);
   mix.with_lse = false;
   expect_matches_reference(mix, seed++);
 }

@@ -19,10 +19,14 @@ draw: docs/cuda.md, "Clocks and warm-up"); a longer --warmup-ms, the same for
 every implementation, measures the card at its power cap, as under sustained
 load. Results go to bench/results/cuda_<card>.json, and a markdown table is
 printed. --q-len N takes the last N of the seq positions as queries (a
-decoding step, or a chunk of a prefill over cached keys: causal is aligned
-bottom-right, SDPA gets torch's causal_lower_right bias for it); --kv-heads N
-shares each kv head among heads / N query heads (SDPA and FlexAttention with
-enable_gqa).
+decoding step, or a chunk of a prefill over cached keys; the block-grid
+cases random, bigbird and allblocks need Lq = Lk and are left out of the
+default cases): causal is aligned bottom-right, which SDPA's flash backend
+runs through torch's causal_lower_right bias; its cuDNN backend has no such
+causal form (the bias would run as a materialised mask there), so that cell
+stays empty, except for one query, whose bottom-right causal row is dense.
+--kv-heads N shares each kv head among heads / N query heads (SDPA and
+FlexAttention with enable_gqa).
 
     python3 bench/gpu_peers.py --bench build/bench/spattn_cuda_bench [--shapes 32768x16,131072x8]
                                [--head-dim 128] [--q-len N] [--kv-heads N]
@@ -40,6 +44,7 @@ import warnings
 import numpy as np
 
 CASES = ["dense", "causal", "window", "streaming", "random", "bigbird", "dilated", "mix", "allblocks"]
+SQUARE_ONLY = {"random", "random-causal", "bigbird", "allblocks"}  # block grids made for Lq = Lk
 BLOCK = 128
 TIMED_MS = 100  # do_bench's timed span, for spattn's bench and the peers alike
 
@@ -51,7 +56,10 @@ def ours(bench, cases, seq, heads, head_dim, q_len, kv_heads, dump_dir, repeats,
            "--head-dim", str(head_dim), "--block", str(BLOCK), "--repeats", str(repeats),
            "--dump-dir", dump_dir, "--kernel", kernel, "--rest-ms", str(rest_ms),
            "--warmup-ms", str(warmup_ms), "--timed-ms", str(TIMED_MS)]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    if run.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({run.returncode}): {run.stderr.strip()}")
+    out = run.stdout
     return {r["case"]: r for r in (json.loads(line) for line in out.splitlines() if line.startswith("{"))}
 
 
@@ -117,10 +125,13 @@ def plot(json_paths, png_path):
             if part.get(key) != data.get(key):
                 raise SystemExit(f"--plot: {path} has {key} {part.get(key)!r}, {json_paths[0]} {data.get(key)!r}")
         data["results"] = data["results"] + part["results"]
-    shapes = sorted({(r["seq"], r["heads"]) for r in data["results"]})
+    def shape_of(r):  # (Lk, heads, Lq): runs of fewer queries get panels of their own
+        return r["seq"], r["heads"], r.get("q_len", r["seq"])
+
+    shapes = sorted({shape_of(r) for r in data["results"]})
     fig, axes = plt.subplots(len(shapes), 1, figsize=(10, 3.6 * len(shapes)), squeeze=False)
-    for ax, (seq, heads) in zip(axes[:, 0], shapes):
-        rows = [r for r in data["results"] if (r["seq"], r["heads"]) == (seq, heads)]
+    for ax, (seq, heads, q_len) in zip(axes[:, 0], shapes):
+        rows = [r for r in data["results"] if shape_of(r) == (seq, heads, q_len)]
         x = np.arange(len(rows))
         width = 0.16
         for n, (key, label) in enumerate(IMPLEMENTATIONS):
@@ -128,7 +139,8 @@ def plot(json_paths, png_path):
             ax.bar(x + (n - (len(IMPLEMENTATIONS) - 1) / 2) * width, values, width, label=label)
         ax.set_xticks(x, [f"{r['case']}\nd={r['density']:.3f}" for r in rows])
         ax.set_ylabel("effective TFLOP/s")
-        ax.set_title(f"{data['card']}, {data['dtype']}, B=1, H={heads}, L={seq}, D={rows[0]['head_dim']}, "
+        length = f"L={seq}" if q_len == seq else f"Lq={q_len}, Lk={seq}"
+        ax.set_title(f"{data['card']}, {data['dtype']}, B=1, H={heads}, {length}, D={rows[0]['head_dim']}, "
                      f"block {data['block']}")
         ax.grid(axis="y", alpha=0.3)
         ax.set_ylim(0, 1.25 * max(r.get(key + "_tflops", 0.0) for r in rows for key, _ in IMPLEMENTATIONS))
@@ -184,6 +196,11 @@ def measure(args):
     device = "cuda"
     card = torch.cuda.get_device_name()
     cases = args.cases.split(",")
+    if args.q_len is not None and any(args.q_len != int(s.split("x")[0]) for s in args.shapes.split(",")):
+        square = SQUARE_ONLY.intersection(cases)
+        if square and args.cases != ",".join(CASES):
+            raise SystemExit(f"--q-len: cases {sorted(square)} need Lq = Lk")
+        cases = [c for c in cases if c not in square]
     flex = torch.compile(flex_attention)
 
     def timed(fn):
@@ -220,13 +237,18 @@ def measure(args):
                        "spattn_sm80_ms": portable[case]["time_ms"], "spattn_sm80_tflops": portable[case]["tflops"],
                        "spattn_mask_build_ms": rec["mask_build_ms"]}
                 if case in ("dense", "causal"):
+                    # Bottom-right causal: is_causal where Lq = Lk, nothing for one query (its row
+                    # is dense), else the causal_lower_right bias, which only the flash backend runs.
+                    causal = case == "causal" and q_len > 1
+                    bias = lower_right if causal else None
                     for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+                        if bias is not None and name == "cudnn":
+                            row["sdpa_cudnn_error"] = "no bottom-right causal form (causal_lower_right is materialised)"
+                            continue
                         try:
                             with sdpa_kernel(backend):
-                                causal = case == "causal"
                                 fn = lambda: F.scaled_dot_product_attention(
-                                    q, k, v, attn_mask=lower_right if causal else None,
-                                    is_causal=causal and lower_right is None, enable_gqa=gqa)
+                                    q, k, v, attn_mask=bias, is_causal=causal and bias is None, enable_gqa=gqa)
                                 ms = timed(fn)
                             row[f"sdpa_{name}_ms"] = ms
                             row[f"sdpa_{name}_tflops"] = tflops(kept, D, ms)

@@ -43,7 +43,12 @@ CudaKernel cuda_kernel();
 bool cuda_sm90_kernel_available();
 
 // Copies the mask's plans for the kernels of this backend to the current
-// device now (synchronously), so that later calls allocate and copy nothing.
+// device now (synchronously), so that later calls allocate and copy nothing
+// and can be captured in a CUDA graph. A call with too few query tiles and
+// heads to fill the device (a decoding step) also takes a plan that splits
+// its rows, which the first such call of its batch and heads makes; a graph
+// captured before that runs the plain plan (docs/cuda.md, "Few rows over
+// many keys").
 void cuda_prepare_mask(const BlockMask& mask);
 
 // Builds the plan of `pattern` for `shape` on the current device: the same

@@ -103,13 +103,15 @@ TensorView heads_as_rows(TensorView t, int64_t pack) {
 
 // The kernel arguments of a validated call with one query position whose
 // query heads run `pack` to a kv head as the rows of one tile
-// (FwdParams::pack_shift; packed_query_heads).
+// (FwdParams::packed_heads; packed_query_heads). The tensors are checked as
+// the caller passed them, so that an error names their own axes.
 cuda_detail::FwdParams packed_params(const TensorView& q, const TensorView& k, const TensorView& v,
                                      const TensorView& out, double scale, const TensorView* lse, int64_t pack) {
+  kernel_params(q, k, v, out, scale, lse);
   const TensorView packed_lse = lse ? heads_as_rows(*lse, pack) : TensorView{};
   cuda_detail::FwdParams p =
       kernel_params(heads_as_rows(q, pack), k, v, heads_as_rows(out, pack), scale, lse ? &packed_lse : nullptr);
-  while ((int64_t{1} << p.pack_shift) < pack) ++p.pack_shift;
+  p.packed_heads = static_cast<int32_t>(pack);
   return p;
 }
 
@@ -120,18 +122,20 @@ bool use_sm90(const cuda_detail::FwdParams& p, const BlockMask& mask) {
                                   [&] { cuda_detail::check_tile_fit(mask, tile); });
 }
 
-// The plan a call on `mask` runs on `tile`: the mask's own, or, where its
-// items times the call's copies (batch x query heads per mask head) are
-// fewer work units than the kernel runs at a time on the current device (a
-// call of few query tiles and heads, as in decoding, would leave most
-// multiprocessors idle), the plan that splits its rows into twice that many
-// units (device_fill_plan; the pieces merge as split rows do).
-cuda_detail::DeviceTilePlanView call_plan(const BlockMask& mask, cuda_detail::TileShape tile, bool sm90,
-                                          int64_t head_dim, int64_t copies, cudaStream_t s) {
-  const cuda_detail::DeviceTilePlanView plan = cuda_detail::device_tile_plan(mask, tile, s);
+// The plan a call with arguments `p` on `mask` runs on `tile`: the mask's
+// own, or, where its rows (mask heads x query tiles) times the call's copies
+// (batch x query heads per mask head) are fewer work units than the kernel
+// runs at a time on the current device (a call of few query tiles and heads,
+// as in decoding, would leave most multiprocessors idle), the plan that
+// splits its rows into twice that many units (device_fill_plan; the pieces
+// merge as split rows do).
+cuda_detail::DeviceTilePlanView call_plan(const cuda_detail::FwdParams& p, const BlockMask& mask,
+                                          cuda_detail::TileShape tile, bool sm90, cudaStream_t s) {
+  const int64_t copies = p.batch * (p.q_heads / mask.num_heads());
+  const int64_t rows = mask.num_heads() * pattern_math::ceil_div(mask.q_len(), tile.rows);
   const int64_t resident =
-      int64_t{cuda_detail::current_device_info().sms} * (sm90 ? 1 : cuda_detail::sm80_ctas_per_sm(head_dim));
-  if (copies == 0 || plan.num_items * copies >= resident) return plan;
+      int64_t{cuda_detail::current_device_info().sms} * (sm90 ? 1 : cuda_detail::sm80_ctas_per_sm(p.head_dim));
+  if (copies == 0 || rows * copies >= resident) return cuda_detail::device_tile_plan(mask, tile, s);
   return cuda_detail::device_fill_plan(mask, tile, pattern_math::ceil_div(2 * resident, copies), s);
 }
 
@@ -293,7 +297,7 @@ void cuda_attention(const TensorView& q, const TensorView& k, const TensorView& 
   const std::shared_ptr<const cuda_detail::DilatedSplit> split = call_split(mask, tile, p.q_heads, s);
   if (split) return run_dilated_split(*split, p, q.dtype, sm90, tile, s);
   p.mask = cuda_detail::device_mask(mask, s);
-  p.plan = call_plan(mask, tile, sm90, p.head_dim, p.batch * (p.q_heads / mask.num_heads()), s);
+  p.plan = call_plan(p, mask, tile, sm90, s);
   run_fused(p, q.dtype, sm90, tile, s);
 }
 
@@ -323,7 +327,7 @@ void cuda_attention_varlen(const TensorView& q, const TensorView& k, const Tenso
   const auto s = static_cast<cudaStream_t>(stream);
   p.mask = cuda_detail::device_mask(mask, s);
   const cuda_detail::TileShape tile = cuda_detail::call_tile(sm90, p.head_dim, mask, false);
-  p.plan = call_plan(mask, tile, sm90, p.head_dim, p.batch * (p.q_heads / mask.num_heads()), s);
+  p.plan = call_plan(p, mask, tile, sm90, s);
   run_fused(p, q.dtype, sm90, tile, s);
 }
 

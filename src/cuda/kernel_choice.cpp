@@ -13,7 +13,6 @@
 #include "spattn/cuda.hpp"
 #include "spattn/error.hpp"
 #include "spattn/pattern.hpp"
-#include "spattn/pattern_terms.hpp"
 
 namespace spattn {
 namespace {
@@ -54,17 +53,8 @@ namespace cuda_detail {
 int64_t packed_query_heads(int64_t q_len, int64_t q_heads, int64_t kv_heads, const BlockMask& mask) {
   if (q_len != 1 || kv_heads <= 0 || q_heads % kv_heads != 0) return 1;
   const int64_t group = q_heads / kv_heads;
-  if (group < 2 || (group & (group - 1)) != 0 || group > kMaxPackedHeads) return 1;
-  if (kv_heads % mask.num_heads() != 0) return 1;
-  if (const Pattern* pattern = mask.pattern()) {
-    if (kv_heads % pattern->num_exprs() != 0) return 1;
-    for (const PatternExpr& e : pattern->exprs())
-      for (int32_t n = 0; n < e.num_terms; ++n) {
-        const PatternTerm& t = e.terms[n];
-        if ((t.kind == TermKind::Dilated && t.b > 1) || (t.kind == TermKind::Custom && t.table_heads > 1)) return 1;
-      }
-  }
-  return group;
+  const bool shared = kv_heads % mask.num_heads() == 0 && !(mask.pattern() && mask.pattern()->head_dependent());
+  return group >= 2 && group <= kMaxPackedHeads && shared ? group : 1;
 }
 
 bool choose_sm90(const std::string& caller, int64_t head_dim, bool tile_fits,

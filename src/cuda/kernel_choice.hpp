@@ -46,15 +46,15 @@ bool sm90_tall_tile(const BlockMask& mask, bool dilated_splits);
 // sm80_wide_tile.
 TileShape call_tile(bool sm90, int64_t head_dim, const BlockMask& mask, bool dilated_splits);
 
-// The query heads per kv head a call on `mask` packs into the rows of one
-// tile (FwdParams::pack_shift), or 1 for none: the call has one query
-// position (a decoding step), grouped query heads (q_heads / kv_heads > 1, a
-// power of two no larger than kMaxPackedHeads), and those query heads share
-// the mask and its predicate: mask heads and pattern expressions each a
-// divisor of the kv heads (one, or one per kv head, say), and no term that
-// reads the query head (dilated rates, per-head custom tables). The kv head's keys and values
-// are then read once for all its query heads, and a tile computes as many
-// rows as heads instead of one.
+// The query heads per kv head a call on `mask` (validated against its
+// tensors) packs into the rows of one tile (FwdParams::packed_heads), or 1
+// for none: the call has one query position (a decoding step), grouped query
+// heads (q_heads / kv_heads between 2 and kMaxPackedHeads), and those query
+// heads share the mask: its heads divide the kv heads (one mask head, say;
+// a head-dependent pattern, whose predicate reads the query head, has one
+// per query head and never packs). The kv head's keys and values are then
+// read once for all its query heads, and a tile computes as many rows as
+// heads instead of one.
 constexpr int64_t kMaxPackedHeads = 128;  // the kernels' smallest tile height
 int64_t packed_query_heads(int64_t q_len, int64_t q_heads, int64_t kv_heads, const BlockMask& mask);
 

@@ -191,6 +191,15 @@ TEST(GpuSanitizerSmall, EachKernelPath) {
   pr.q_len = 500;
   pr.k_len = 600;
   expect_matches_reference(pr, 6);
+  // A decoding step: four query heads packed into each kv head's tile rows,
+  // its row split into pieces to fill the device.
+  pr = GpuProblem{};
+  pr.pattern = Pattern::sliding_window(1000);
+  pr.q_heads = 8;
+  pr.kv_heads = 2;
+  pr.q_len = 1;
+  pr.k_len = 3000;
+  expect_matches_reference(pr, 7);
 }
 
 TEST(GpuAttention, NaiveBaseline) {

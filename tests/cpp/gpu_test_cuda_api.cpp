@@ -192,7 +192,7 @@ TEST(CudaTilePlan, SplitsFewLongRowsToFillTheDevice) {
 }
 
 // One query position with grouped query heads: the heads of a kv head are
-// packed into one tile's rows where they share the mask and its predicate.
+// packed into one tile's rows where they share the mask (validated calls).
 TEST(CudaQueryHeadPacking, OnlyWhereTheGroupSharesTheMask) {
   using cuda_detail::packed_query_heads;
   const auto mask = [](const Pattern& pattern, int64_t heads) {
@@ -202,20 +202,18 @@ TEST(CudaQueryHeadPacking, OnlyWhereTheGroupSharesTheMask) {
   EXPECT_EQ(causal.num_heads(), 1);
   EXPECT_EQ(packed_query_heads(1, 32, 8, causal), 4);
   EXPECT_EQ(packed_query_heads(1, 32, 1, causal), 32);  // MQA
+  EXPECT_EQ(packed_query_heads(1, 28, 4, causal), 7);   // groups of any size up to a tile's rows
+  EXPECT_EQ(packed_query_heads(1, 256, 1, causal), 1);  // more than a tile's rows
   EXPECT_EQ(packed_query_heads(2, 32, 8, causal), 1);   // more than one query position
   EXPECT_EQ(packed_query_heads(1, 8, 8, causal), 1);    // no grouping
-  EXPECT_EQ(packed_query_heads(1, 24, 8, causal), 1);   // three heads a group: not a power of two
-  EXPECT_EQ(packed_query_heads(1, 256, 1, causal), 1);  // more than a tile's rows
-  // A per-head mix of 4 expressions over 8 kv heads: each group inside one expression.
+  // Head-dependent patterns (a per-head mix, a dilated rate, per-head custom
+  // tables) have a mask head per query head: never packed.
   const Pattern mix = Pattern::per_head({Pattern::causal(), Pattern::sliding_window(512), Pattern::causal(),
                                          Pattern::streaming(4, 64)});
-  EXPECT_EQ(packed_query_heads(1, 32, 8, mask(mix, 8)), 4);
-  EXPECT_EQ(packed_query_heads(1, 32, 8, mask(mix, 32)), 1);  // one mask head per query head
-  EXPECT_EQ(packed_query_heads(1, 8, 2, mask(mix, 8)), 1);    // eight mask heads over two kv heads
-  // Terms that read the query head.
-  EXPECT_EQ(packed_query_heads(1, 32, 8, mask(Pattern::dilated({256}, {4}), 1)), 1);
-  const std::vector<uint8_t> blocks(2 * 32, 1);  // per-head tables of one row of 32 blocks, two heads
-  EXPECT_EQ(packed_query_heads(1, 4, 2, mask(Pattern::custom(blocks, 2, 1, 32, 128, 128), 2)), 1);
+  EXPECT_EQ(packed_query_heads(1, 32, 8, mask(mix, 32)), 1);
+  EXPECT_EQ(packed_query_heads(1, 32, 8, mask(Pattern::dilated({256}, {4}), 32)), 1);
+  const std::vector<uint8_t> blocks(4 * 32, 1);  // per-head tables of one row of 32 blocks, four heads
+  EXPECT_EQ(packed_query_heads(1, 4, 2, mask(Pattern::custom(blocks, 4, 1, 32, 128, 128), 4)), 1);
 }
 
 TEST(CudaTilePlan, LengthBandsCoverTheItemsInOrder) {
@@ -827,18 +825,29 @@ TEST(CudaBackend, RejectsUnsupportedInputsNamingTheValue) {
                         "-1");
 }
 
+// The shape of a captured call: q_len queries (the last positions) over
+// k_len keys, q_heads over kv_heads; `eager_first`: the call runs once before
+// the capture (making the plan that splits the rows of a call too small to
+// fill the device, which the capture then uses).
+struct CaptureShape {
+  int64_t q_len, k_len, q_heads, kv_heads;
+  bool eager_first = false;
+};
+
 // Captures one attention call in a graph after cuda_prepare_mask, replays it
 // on poisoned output and compares with the reference.
-void expect_graph_replay_matches(const Pattern& pattern, int64_t L, int64_t heads) {
-  const BlockMask mask = BlockMask::build(pattern, MaskShape{L, L, 64, 64, heads});
-  HostTensor q(DType::BF16, 1, heads, L, 64), k(DType::BF16, 1, heads, L, 64), v(DType::BF16, 1, heads, L, 64);
+void expect_graph_replay_matches(const Pattern& pattern, const CaptureShape& c) {
+  const BlockMask mask = BlockMask::build(pattern, MaskShape{c.q_len, c.k_len, 64, 64, c.q_heads});
+  HostTensor q(DType::BF16, 1, c.q_heads, c.q_len, 64), k(DType::BF16, 1, c.kv_heads, c.k_len, 64),
+      v(DType::BF16, 1, c.kv_heads, c.k_len, 64);
   std::mt19937_64 rng(6);
   q.fill_random(rng);
   k.fill_random(rng);
   v.fill_random(rng);
-  HostTensor got(DType::BF16, 1, heads, L, 64), ref(DType::F64, 1, heads, L, 64);
+  HostTensor got(DType::BF16, 1, c.q_heads, c.q_len, 64), ref(DType::F64, 1, c.q_heads, c.q_len, 64);
   DeviceTensor dq(q), dk(k), dv(v), dout(got);
   cuda_prepare_mask(mask);
+  if (c.eager_first) cuda_attention(dq.view(), dk.view(), dv.view(), dout.view(), mask, 0.125);
   cudaStream_t stream = nullptr;
   cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   cudaGraph_t graph = nullptr;
@@ -860,19 +869,24 @@ void expect_graph_replay_matches(const Pattern& pattern, int64_t L, int64_t head
 
 TEST(CudaBackend, AttentionCallCapturedInAGraph) {
   SPATTN_REQUIRE_GPU();
-  expect_graph_replay_matches(Pattern::streaming(8, 100), 300, 2);
+  expect_graph_replay_matches(Pattern::streaming(8, 100), {300, 300, 2, 2});
   // With split rows: the scratch allocation and the merge are captured too.
-  expect_graph_replay_matches(Pattern::longformer(64, {0}), 2200, 1);
+  expect_graph_replay_matches(Pattern::longformer(64, {0}), {2200, 2200, 1, 1});
   // A dilated split without a caller's LSE: two passes, the second merging
   // into out and the LSE in scratch.
   expect_graph_replay_matches(Pattern::unite(Pattern::dilated({256}, {4}, true), Pattern::sliding_window(64)),
-                              1000, 4);
+                              {1000, 1000, 4, 4});
+  // A decoding step, its query heads packed (four to a kv head) and its rows
+  // split to fill the device: captured with the plain plan, and with the
+  // plan of split rows that a call before the capture made.
+  for (bool eager_first : {false, true})
+    expect_graph_replay_matches(Pattern::sliding_window(3000), {1, 9000, 8, 2, eager_first});
   // Dense over 1152 tokens: on an sm90 device the call takes the tall tile on
   // its own (six 192-row tiles, as much work as nine of 128 rows).
   EXPECT_EQ(cuda_detail::call_tile(true, 64, BlockMask::build(Pattern::dense(), MaskShape{1152, 1152, 64, 64, 2}), true)
                 .rows,
             192);
-  expect_graph_replay_matches(Pattern::dense(), 1152, 2);
+  expect_graph_replay_matches(Pattern::dense(), {1152, 1152, 2, 2});
 }
 
 TEST(CudaBackend, CaptureWithoutAPreparedMaskIsRefused) {

@@ -144,10 +144,12 @@ TEST_P(GpuKernels, FewRowsOverManyKeys) {
 }
 
 // One query position with grouped query heads: each kv head's query heads
-// run as the rows of one tile (packed_query_heads): groups of 4 (bf16, both
-// layouts), 16 (MQA, fp16, fp32 output, head dim 64) and 2 (batch 2, a
-// sliding window over 20000 keys, so packed and split); then a per-head mix,
-// whose mask has a head per query head and so runs unpacked, without the LSE.
+// run as the rows of one tile (packed_query_heads): groups of 4 (dense, both
+// layouts; a window and a streaming mask, whose partial tiles evaluate the
+// predicate for the packed rows, at head dims 128 and 64), 16 (MQA, fp16, fp32
+// output), 7 and 2 (batch 2, a sliding window over 20000 keys, so packed and
+// split); then a per-head mix, whose mask has a head per query head and so
+// runs unpacked, without the LSE.
 TEST_P(GpuKernels, PackedQueryHeadsOfOneQuery) {
   uint64_t seed = 2280;
   GpuProblem grouped = cache_problem(Pattern::dense(), 8, 2, 1, 5000, 128, DType::BF16);
@@ -155,9 +157,14 @@ TEST_P(GpuKernels, PackedQueryHeadsOfOneQuery) {
     grouped.layout = layout;
     expect_matches_reference(grouped, seed++);
   }
-  GpuProblem mqa = cache_problem(Pattern::causal(), 16, 1, 1, 3000, 64, DType::F16);
+  for (int64_t d : {128, 64}) {
+    expect_matches_reference(cache_problem(Pattern::sliding_window(1000), 8, 2, 1, 5000, d, DType::BF16), seed++);
+    expect_matches_reference(cache_problem(Pattern::streaming(40, 700), 16, 4, 1, 4321, d, DType::F16), seed++);
+  }
+  GpuProblem mqa = cache_problem(Pattern::streaming(100, 900), 16, 1, 1, 3000, 64, DType::F16);
   mqa.out_dtype = DType::F32;
   expect_matches_reference(mqa, seed++);
+  expect_matches_reference(cache_problem(Pattern::causal(), 14, 2, 1, 2900, 128, DType::BF16), seed++);
   GpuProblem window = cache_problem(Pattern::sliding_window(700), 8, 4, 1, 20000, 128, DType::BF16);
   window.batch = 2;
   expect_matches_reference(window, seed++);

@@ -94,14 +94,13 @@ struct FwdParams {
   // merged with the rest pass's result they hold (write_output). False
   // everywhere else.
   bool merge_into_out = false;
-  // log2 of the query heads packed into each kv head's rows (0: none). A call
-  // with one query position and 2^pack_shift query heads per kv head
-  // (packed_query_heads in kernel_choice.hpp) runs as kv_heads heads of
-  // 2^pack_shift query rows, row r of head g being query head
-  // g * 2^pack_shift + r (q, out and the LSE viewed so by their strides), so
-  // that one tile holds them all and K and V are read once per kv head; the
-  // mask's query row of kernel row i is i >> pack_shift.
-  int32_t pack_shift = 0;
+  // The query heads packed into each kv head's rows (0: none). A call with
+  // one query position and G query heads per kv head (packed_query_heads in
+  // kernel_choice.hpp) runs as kv_heads heads of G rows, row r of head g
+  // being query head g * G + r (q, out and the LSE viewed so by their
+  // strides), so that one tile holds them all and K and V are read once per
+  // kv head; every row is then the mask's query row 0.
+  int32_t packed_heads = 0;
   VarlenArg varlen;          // fused kernel only; q_len, k_len are then the mask's
   // Partial results of split rows (fused kernel, plan.num_slots > 0): per
   // (slot, batch * heads of a mask head, tile row) the normalised O (head_dim

@@ -49,7 +49,7 @@ struct Sm90Traits {
   // Every eighth 8-key column's exponentials on the FMA pipe
   // (online_softmax.cuh) where two consumer groups meet D = 64's
   // exponentials; the three-group kernel, whose groups hide each other's
-  // exponentials, runs faster with none there (same-run A/B: 2.7-3.5%).
+  // exponentials, runs faster with none there (same-run A/B: 1.8-3.7%).
   static constexpr int kExp2PolyEvery = kHeadDim <= 64 && kConsumerGroups == 2 ? 8 : 0;
   // Registers per thread after setmaxnreg, within the CTA's pool (the launch
   // bound's count; a larger total would leave setmaxnreg waiting forever).

@@ -41,7 +41,9 @@ DeviceTilePlanView device_tile_plan(const BlockMask& mask, TileShape tile, cudaS
 // The tile plan of `tile` with about `min_items` items (make_tile_plan), kept
 // with the mask beside the plain one (one per value asked for). While
 // `stream` captures a graph and this plan does not exist yet, the plain plan
-// (which must, as for device_tile_plan): same results, fewer pieces.
+// (which must, as for device_tile_plan): the same results up to rounding (a
+// row split otherwise merges its pieces in another order), on fewer
+// multiprocessors.
 DeviceTilePlanView device_fill_plan(const BlockMask& mask, TileShape tile, int64_t min_items, cudaStream_t stream);
 
 // The mask's dilated split for a kernel of tile `tile` (dilated_split.hpp),

@@ -73,8 +73,7 @@ namespace {
 struct Options {
   std::vector<std::string> cases;
   int64_t seq = 32768, heads = 16, head_dim = 128, batch = 1, block = 128, repeats = 20, varlen = 0;
-  std::optional<int64_t> q_len_flag, kv_heads_flag;  // --q-len, --kv-heads (default seq, heads)
-  int64_t q_len = 0, kv_heads = 0;
+  int64_t q_len = 0, kv_heads = 0;  // --q-len, --kv-heads (default seq, heads)
   double rest_ms = 500, warmup_ms = 0, timed_ms = 0;
   DType dtype = DType::BF16;
   std::string kernel = "fused";
@@ -83,6 +82,7 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options o;
+  std::optional<int64_t> q_len, kv_heads;
   for (int n = 1; n < argc; ++n) {
     const std::string flag = argv[n];
     require(n + 1 < argc, flag, " needs a value");
@@ -90,8 +90,8 @@ Options parse(int argc, char** argv) {
     if (flag == "--cases") o.cases = split(value);
     else if (flag == "--seq") o.seq = std::stoll(value);
     else if (flag == "--heads") o.heads = std::stoll(value);
-    else if (flag == "--q-len") o.q_len_flag = std::stoll(value);
-    else if (flag == "--kv-heads") o.kv_heads_flag = std::stoll(value);
+    else if (flag == "--q-len") q_len = std::stoll(value);
+    else if (flag == "--kv-heads") kv_heads = std::stoll(value);
     else if (flag == "--head-dim") o.head_dim = std::stoll(value);
     else if (flag == "--batch") o.batch = std::stoll(value);
     else if (flag == "--block") o.block = std::stoll(value);
@@ -106,8 +106,8 @@ Options parse(int argc, char** argv) {
     else fail("unknown flag ", flag);
   }
   require(!o.cases.empty(), "--cases is required");
-  o.q_len = o.q_len_flag.value_or(o.seq);
-  o.kv_heads = o.kv_heads_flag.value_or(o.heads);
+  o.q_len = q_len.value_or(o.seq);
+  o.kv_heads = kv_heads.value_or(o.heads);
   require(o.q_len >= 1 && o.q_len <= o.seq, "--q-len must be in [1, --seq], got ", o.q_len);
   require(o.kv_heads >= 1 && o.heads % o.kv_heads == 0, "--kv-heads must divide --heads (", o.heads, "), got ",
           o.kv_heads);

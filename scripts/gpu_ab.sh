@@ -10,8 +10,9 @@
 # Each VARIANT_DIR holds a variant's src/ and include/ (the rest of the build,
 # bench/ included, is taken from this tree); this tree is the side "new", a
 # variant the side named by its directory. What is timed: SPECS, a
-# space-separated list of HEAD_DIM:HEADS:CASES:KERNEL:SEQ (CASES comma
-# separated, KERNEL the --kernel of spattn_cuda_bench), or, without SPECS,
+# space-separated list of HEAD_DIM:HEADS:CASES:KERNEL:SEQ[:FLAGS] (CASES comma
+# separated, KERNEL the --kernel of spattn_cuda_bench, FLAGS more of its flags
+# for this spec alone, comma separated: --q-len,4,--kv-heads,8), or, without SPECS,
 # every shape of SHAPES (default 32768x16) with CASES (default
 # dense,causal,window,streaming,bigbird,dilated), HEAD_DIM (default 128) and
 # KERNEL (default fused). Also ROUNDS (default 2), CUDA_ARCHS (default 90),
@@ -69,10 +70,11 @@ for pid in "${pids[@]}"; do wait "$pid"; done
 : > "$OUT/ab.jsonl"
 for round in $(seq "${ROUNDS:-2}"); do
   for spec in $specs; do
-    IFS=: read -r head_dim heads cases kernel seq <<< "$spec"
+    IFS=: read -r head_dim heads cases kernel seq flags <<< "$spec"
     for side in "${sides[@]}"; do
       "$work/build-$side/bench/spattn_cuda_bench" --cases "$cases" --seq "$seq" --heads "$heads" \
-        --head-dim "$head_dim" --kernel "$kernel" ${TIMING:---warmup-ms 25 --timed-ms 100} ${BENCH_ARGS:-} |
+        --head-dim "$head_dim" --kernel "$kernel" ${TIMING:---warmup-ms 25 --timed-ms 100} ${BENCH_ARGS:-} \
+        ${flags//,/ } |
         grep '^{' | python3 -c '
 import json, sys
 side, round_ = sys.argv[1], sys.argv[2]
@@ -90,14 +92,15 @@ import json, statistics, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
 sides = sys.argv[2:]
 for r in rows:
-    print(f"{r['seq']:>7} {r['heads']:>3} D{r['head_dim']:<3} {r['case']:>10} round {r['round']} {r['side']:>10} "
-          f"{r['kernel']:>5} {r['time_ms']:9.3f} ms {r['tflops']:6.1f} TFLOP/s")
+    print(f"{r['seq']:>7} {r['heads']:>3} D{r['head_dim']:<3} Lq {r.get('q_len', r['seq']):<6} {r['case']:>10} "
+          f"round {r['round']} {r['side']:>10} {r['kernel']:>5} {r['time_ms']:9.3f} ms {r['tflops']:6.1f} TFLOP/s")
 print(f"\nmedian over rounds (TFLOP/s), and each side / {sides[0]}:")
-def key_of(r):  # one timed configuration: rows of one spec with another kernel differ
-    return (r["seq"], r["heads"], r["head_dim"], r["case"], r["kernel"])
+def key_of(r):  # one timed configuration: rows of one spec with another kernel or query count differ
+    return (r["seq"], r["heads"], r["head_dim"], r["case"], r["kernel"], r.get("q_len", r["seq"]))
 for key in sorted({key_of(r) for r in rows}):
     speed = {side: statistics.median(r["tflops"] for r in rows if key_of(r) == key and r["side"] == side)
              for side in sides}
     cells = "  ".join(f"{side} {speed[side]:7.1f} ({speed[side] / speed[sides[0]]:.3f})" for side in sides)
-    print(f"{key[0]:>7} {key[1]:>3} D{key[2]:<3} {key[3]:>10} {key[4]:>5}  {cells}")
+    queries = "" if key[5] == key[0] else f" Lq {key[5]}"
+    print(f"{key[0]:>7} {key[1]:>3} D{key[2]:<3} {key[3]:>10} {key[4]:>5}{queries}  {cells}")
 PY

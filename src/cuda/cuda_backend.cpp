@@ -11,6 +11,7 @@
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/device_info.hpp"
 #include "cuda/common/fwd_params.hpp"
+#include "cuda/common/packed_rows.hpp"
 #include "cuda/common/scratch_pool.hpp"
 #include "cuda/common/split_combine.hpp"
 #include "cuda/fwd_sm80/fwd_sm80.hpp"
@@ -93,25 +94,21 @@ cuda_detail::FwdParams make_params(const TensorView& q, const TensorView& k, con
   return kernel_params(q, k, v, out, scale, lse);
 }
 
-// `t` (B, H, 1, D) viewed as (B, H / pack, pack, D): row r of head g is head
-// g * pack + r.
-TensorView heads_as_rows(TensorView t, int64_t pack) {
-  t.shape = {t.shape[0], t.shape[1] / pack, pack, t.shape[3]};
-  t.stride = {t.stride[0], t.stride[1] * pack, t.stride[1], t.stride[3]};
-  return t;
-}
-
-// The kernel arguments of a validated call with one query position whose
-// query heads run `pack` to a kv head as the rows of one tile
-// (FwdParams::packed_heads; packed_query_heads). The tensors are checked as
-// the caller passed them, so that an error names their own axes.
-cuda_detail::FwdParams packed_params(const TensorView& q, const TensorView& k, const TensorView& v,
-                                     const TensorView& out, double scale, const TensorView* lse, int64_t pack) {
-  kernel_params(q, k, v, out, scale, lse);
-  const TensorView packed_lse = lse ? heads_as_rows(*lse, pack) : TensorView{};
-  cuda_detail::FwdParams p =
-      kernel_params(heads_as_rows(q, pack), k, v, heads_as_rows(out, pack), scale, lse ? &packed_lse : nullptr);
-  p.packed_heads = static_cast<int32_t>(pack);
+// The kernel arguments of a validated call `p` with one query position
+// whose query heads run `pack` to a kv head as the rows of one tile
+// (PackedHeads): q, out and the LSE viewed as (B, H / pack,
+// pack, D) through their strides, row r of kv head j being query head
+// j pack + r.
+cuda_detail::FwdParams packed_view(cuda_detail::FwdParams p, int64_t pack) {
+  for (cuda_detail::TensorArg* t : {&p.q, &p.out}) {
+    t->stride_l = t->stride_h;
+    t->stride_h *= pack;
+  }
+  p.lse_stride_l = p.lse_stride_h;
+  p.lse_stride_h *= pack;
+  p.q_heads /= pack;
+  p.q_len = pack;
+  p.packed = cuda_detail::PackedHeads{static_cast<int32_t>(pack)};
   return p;
 }
 
@@ -229,6 +226,70 @@ void run_dilated_split(const cuda_detail::DilatedSplit& split, const cuda_detail
   run_fused(perm, dtype, sm90, tile, s);
 }
 
+// Runs a call with kernel arguments `p` (validated; query heads packed or
+// not) on `mask`: the kernel and tile, a dilated split or the call's plan.
+void run_attention(cuda_detail::FwdParams p, const BlockMask& mask, DType dtype, cudaStream_t s) {
+  const bool sm90 = use_sm90(p, mask);
+  if (!sm90) {
+    cuda_detail::check_fwd_sm80_head_dim(p.head_dim);
+    cuda_detail::check_tile_fit(mask, cuda_detail::kSm80NarrowTile);
+  }
+  const cuda_detail::TileShape tile = cuda_detail::call_tile(sm90, p.head_dim, mask, true);
+  // The split's full runs depend on the tile (dilated_split.hpp), so it is made for the chosen kernel.
+  const std::shared_ptr<const cuda_detail::DilatedSplit> split = call_split(mask, tile, p.q_heads, s);
+  if (split) return run_dilated_split(*split, p, dtype, sm90, tile, s);
+  p.mask = cuda_detail::device_mask(mask, s);
+  p.plan = call_plan(p, mask, tile, sm90, s);
+  run_fused(p, dtype, sm90, tile, s);
+}
+
+// Runs a validated call `p` of several query positions whose query heads
+// run `pack` to a kv head as the rows of one tile (PackedHeads):
+// q copied into packed rows in stream-ordered scratch, the call on them, then
+// out and the LSE copied back (packed_rows.hpp).
+void run_packed_copies(const cuda_detail::FwdParams& p, const BlockMask& mask, int64_t pack, DType dtype,
+                       cudaStream_t s) {
+  const int64_t rows = p.batch * p.q_heads * p.q_len;  // of q, out and the LSE alike
+  const int64_t in_bytes = dtype_size(dtype), out_bytes = p.out_f32 ? 4 : in_bytes;
+  const auto aligned = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
+  const int64_t q_region = aligned(rows * p.head_dim * in_bytes), out_region = aligned(rows * p.head_dim * out_bytes);
+  cuda_detail::ScopedScratch scratch(static_cast<size_t>(q_region + out_region + (p.lse ? rows * 4 : 0)), s);
+  char* at = static_cast<char*>(scratch.get());
+
+  // The packed (B, H / pack, positions x pack, D) tensors and (B, H / pack, positions x pack) LSE, contiguous.
+  cuda_detail::FwdParams packed = p;
+  const int64_t head_rows = p.q_len * pack;
+  const auto contiguous = [&](void* data, int64_t cols) {
+    return cuda_detail::TensorArg{data, p.q_heads * p.q_len * cols, head_rows * cols, cols};
+  };
+  packed.q = contiguous(at, p.head_dim);
+  packed.out = contiguous(at + q_region, p.head_dim);
+  if (p.lse) {
+    const cuda_detail::TensorArg lse = contiguous(at + q_region + out_region, 1);
+    packed.lse = static_cast<float*>(lse.data);
+    packed.lse_stride_b = lse.stride_b;
+    packed.lse_stride_h = lse.stride_h;
+    packed.lse_stride_l = lse.stride_l;
+  }
+  packed.q_heads = p.q_heads / pack;
+  packed.q_len = head_rows;
+  packed.packed = cuda_detail::PackedHeads{static_cast<int32_t>(pack)};
+
+  cuda_detail::PackedRowsShape shape{p.batch, p.q_heads, pack, p.q_len, p.head_dim, in_bytes};
+  cuda_detail::launch_packed_rows(p.q, packed.q, shape, cuda_detail::PackDirection::ToPacked, s);
+  run_attention(packed, mask, dtype, s);
+  shape.elem_bytes = out_bytes;
+  cuda_detail::launch_packed_rows(p.out, packed.out, shape, cuda_detail::PackDirection::FromPacked, s);
+  if (p.lse) {
+    shape.cols = 1;
+    shape.elem_bytes = 4;
+    const cuda_detail::TensorArg caller_lse{p.lse, p.lse_stride_b, p.lse_stride_h, p.lse_stride_l};
+    const cuda_detail::TensorArg packed_lse{packed.lse, packed.lse_stride_b, packed.lse_stride_h,
+                                            packed.lse_stride_l};
+    cuda_detail::launch_packed_rows(caller_lse, packed_lse, shape, cuda_detail::PackDirection::FromPacked, s);
+  }
+}
+
 }  // namespace
 
 bool cuda_is_device_pointer(const void* p) {
@@ -283,22 +344,12 @@ void cuda_prepare_mask(const BlockMask& mask) {
 void cuda_attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                     const BlockMask& mask, double scale, const TensorView* lse, void* stream) {
   validate_attention(q, k, v, out, mask, lse);
-  const int64_t pack = cuda_detail::packed_query_heads(q.seq_len(), q.heads(), k.heads(), mask);
-  cuda_detail::FwdParams p =
-      pack > 1 ? packed_params(q, k, v, out, scale, lse, pack) : kernel_params(q, k, v, out, scale, lse);
+  const cuda_detail::FwdParams p = kernel_params(q, k, v, out, scale, lse);
   const auto s = static_cast<cudaStream_t>(stream);
-  const bool sm90 = use_sm90(p, mask);
-  if (!sm90) {
-    cuda_detail::check_fwd_sm80_head_dim(p.head_dim);
-    cuda_detail::check_tile_fit(mask, cuda_detail::kSm80NarrowTile);
-  }
-  const cuda_detail::TileShape tile = cuda_detail::call_tile(sm90, p.head_dim, mask, true);
-  // The split's full runs depend on the tile (dilated_split.hpp), so it is made for the chosen kernel.
-  const std::shared_ptr<const cuda_detail::DilatedSplit> split = call_split(mask, tile, p.q_heads, s);
-  if (split) return run_dilated_split(*split, p, q.dtype, sm90, tile, s);
-  p.mask = cuda_detail::device_mask(mask, s);
-  p.plan = call_plan(p, mask, tile, sm90, s);
-  run_fused(p, q.dtype, sm90, tile, s);
+  const int64_t pack = cuda_detail::packed_query_heads(q.seq_len(), q.heads(), k.heads(), mask);
+  if (pack == 1) return run_attention(p, mask, q.dtype, s);
+  if (q.seq_len() == 1) return run_attention(packed_view(p, pack), mask, q.dtype, s);
+  run_packed_copies(p, mask, pack, q.dtype, s);
 }
 
 void cuda_attention_varlen(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,

@@ -51,10 +51,10 @@ bool cuda_sm90_kernel_available() { return cuda_detail::fwd_sm90_available(); }
 namespace cuda_detail {
 
 int64_t packed_query_heads(int64_t q_len, int64_t q_heads, int64_t kv_heads, const BlockMask& mask) {
-  if (q_len != 1 || kv_heads <= 0 || q_heads % kv_heads != 0) return 1;
+  if (q_len < 1 || kv_heads <= 0 || q_heads % kv_heads != 0) return 1;
   const int64_t group = q_heads / kv_heads;
   const bool shared = kv_heads % mask.num_heads() == 0 && !(mask.pattern() && mask.pattern()->head_dependent());
-  return group >= 2 && group <= kMaxPackedHeads && shared ? group : 1;
+  return group >= 2 && q_len * group <= kMaxPackedRows && shared ? group : 1;
 }
 
 bool choose_sm90(const std::string& caller, int64_t head_dim, bool tile_fits,

@@ -47,15 +47,16 @@ bool sm90_tall_tile(const BlockMask& mask, bool dilated_splits);
 TileShape call_tile(bool sm90, int64_t head_dim, const BlockMask& mask, bool dilated_splits);
 
 // The query heads per kv head a call on `mask` (validated against its
-// tensors) packs into the rows of one tile (FwdParams::packed_heads), or 1
-// for none: the call has one query position (a decoding step), grouped query
-// heads (q_heads / kv_heads between 2 and kMaxPackedHeads), and those query
-// heads share the mask: its heads divide the kv heads (one mask head, say;
-// a head-dependent pattern, whose predicate reads the query head, has one
-// per query head and never packs). The kv head's keys and values are then
-// read once for all its query heads, and a tile computes as many rows as
-// heads instead of one.
-constexpr int64_t kMaxPackedHeads = 128;  // the kernels' smallest tile height
+// tensors) packs into the rows of one tile (PackedHeads in fwd_params.hpp), or 1
+// for none: the call has grouped query heads (G = q_heads / kv_heads of at
+// least 2), its query positions times G fit one tile's rows
+// (kMaxPackedRows: a decoding step, a few speculative tokens), and those
+// query heads share the mask: its heads divide the kv heads (one mask head,
+// say; a head-dependent pattern, whose predicate reads the query head, has
+// one per query head and never packs). The kv head's keys and values are
+// then read once for all its query heads, and a tile computes G times as
+// many rows.
+constexpr int64_t kMaxPackedRows = 128;  // the kernels' smallest tile height
 int64_t packed_query_heads(int64_t q_len, int64_t q_heads, int64_t kv_heads, const BlockMask& mask);
 
 // Forces the sm90 tall-tile choice of call_tile: true takes the tall tile

@@ -200,6 +200,9 @@ TEST(GpuSanitizerSmall, EachKernelPath) {
   pr.q_len = 1;
   pr.k_len = 3000;
   expect_matches_reference(pr, 7);
+  // Three query positions of the same heads: copied into packed rows and back.
+  pr.q_len = 3;
+  expect_matches_reference(pr, 8);
 }
 
 TEST(GpuAttention, NaiveBaseline) {

@@ -191,8 +191,9 @@ TEST(CudaTilePlan, SplitsFewLongRowsToFillTheDevice) {
   expect_items_cover_every_row_once(long_causal, filled, tile);
 }
 
-// One query position with grouped query heads: the heads of a kv head are
-// packed into one tile's rows where they share the mask (validated calls).
+// Grouped query heads of a few query positions: the heads of a kv head are
+// packed into one tile's rows where they share the mask and their rows fit
+// (validated calls).
 TEST(CudaQueryHeadPacking, OnlyWhereTheGroupSharesTheMask) {
   using cuda_detail::packed_query_heads;
   const auto mask = [](const Pattern& pattern, int64_t heads) {
@@ -204,7 +205,10 @@ TEST(CudaQueryHeadPacking, OnlyWhereTheGroupSharesTheMask) {
   EXPECT_EQ(packed_query_heads(1, 32, 1, causal), 32);  // MQA
   EXPECT_EQ(packed_query_heads(1, 28, 4, causal), 7);   // groups of any size up to a tile's rows
   EXPECT_EQ(packed_query_heads(1, 256, 1, causal), 1);  // more than a tile's rows
-  EXPECT_EQ(packed_query_heads(2, 32, 8, causal), 1);   // more than one query position
+  EXPECT_EQ(packed_query_heads(2, 32, 8, causal), 4);   // a few query positions
+  EXPECT_EQ(packed_query_heads(32, 32, 8, causal), 4);  // 32 positions of 4 heads: a tile's 128 rows
+  EXPECT_EQ(packed_query_heads(33, 32, 8, causal), 1);  // more than a tile's rows
+  EXPECT_EQ(packed_query_heads(5, 32, 1, causal), 1);   // 160 rows
   EXPECT_EQ(packed_query_heads(1, 8, 8, causal), 1);    // no grouping
   // Head-dependent patterns (a per-head mix, a dilated rate, per-head custom
   // tables) have a mask head per query head: never packed.
@@ -881,6 +885,8 @@ TEST(CudaBackend, AttentionCallCapturedInAGraph) {
   // plan of split rows that a call before the capture made.
   for (bool eager_first : {false, true})
     expect_graph_replay_matches(Pattern::sliding_window(3000), {1, 9000, 8, 2, eager_first});
+  // Four query positions of those heads: the copies into packed rows and back are captured too.
+  expect_graph_replay_matches(Pattern::causal(), {4, 9000, 8, 2, true});
   // Dense over 1152 tokens: on an sm90 device the call takes the tall tile on
   // its own (six 192-row tiles, as much work as nine of 128 rows).
   EXPECT_EQ(cuda_detail::call_tile(true, 64, BlockMask::build(Pattern::dense(), MaskShape{1152, 1152, 64, 64, 2}), true)

@@ -174,6 +174,46 @@ TEST_P(GpuKernels, PackedQueryHeadsOfOneQuery) {
   expect_matches_reference(mix, seed++);
 }
 
+// A few query positions with grouped query heads (speculative decoding):
+// each kv head's query heads run as one tile of positions x G rows, copied
+// into that order and back (packed_rows.hpp), row r being position r / G
+// in the partial-tile predicate: causal chunks (both layouts, head dims 128
+// and 64, a group of 7), a window and a streaming mask, MQA filling all 128
+// rows with fp32 output, an output 4 bytes past a 16-byte boundary, a
+// window over 20000 keys in a batch of 2 (packed and split), a custom mask of
+// 16 x 16 blocks (positions in two row blocks: sub-block bits per position),
+// and a call without the LSE.
+TEST_P(GpuKernels, PackedQueryHeadsOfFewQueries) {
+  uint64_t seed = 2290;
+  GpuProblem causal = cache_problem(Pattern::causal(), 8, 2, 4, 5000, 128, DType::BF16);
+  for (Layout layout : {Layout::BHLD, Layout::BLHD})
+    for (int64_t d : {128, 64}) {
+      causal.layout = layout;
+      causal.head_dim = d;
+      expect_matches_reference(causal, seed++);
+    }
+  expect_matches_reference(cache_problem(Pattern::causal(), 14, 2, 3, 2900, 128, DType::F16), seed++);
+  expect_matches_reference(cache_problem(Pattern::sliding_window(1000), 8, 2, 5, 5000, 64, DType::BF16), seed++);
+  expect_matches_reference(cache_problem(Pattern::streaming(40, 700), 16, 4, 2, 4321, 128, DType::F16), seed++);
+  GpuProblem mqa = cache_problem(Pattern::streaming(100, 900), 16, 1, 8, 3000, 64, DType::F16);
+  mqa.out_dtype = DType::F32;
+  expect_matches_reference(mqa, seed++);
+  GpuProblem offset = cache_problem(Pattern::causal(), 8, 4, 3, 1500, 128, DType::BF16);
+  offset.out_offset = 2;
+  expect_matches_reference(offset, seed++);
+  GpuProblem window = cache_problem(Pattern::sliding_window(700), 8, 4, 6, 20000, 128, DType::BF16);
+  window.batch = 2;
+  expect_matches_reference(window, seed++);
+  std::mt19937_64 rng(2290);
+  GpuProblem custom = cache_problem(custom_case(rng, 32, 3000, 1, 16, 16, 0.3, true, false).pattern, 8, 2, 32,
+                                    3000, 128, DType::BF16);
+  custom.block_q = custom.block_k = 16;
+  expect_matches_reference(custom, seed++);
+  GpuProblem no_lse = cache_problem(Pattern::sliding_window(300), 32, 8, 4, 9000, 128, DType::BF16);
+  no_lse.with_lse = false;
+  expect_matches_reference(no_lse, seed++);
+}
+
 TEST_P(GpuKernels, OddLengthsAndUnequalLengths) {
   uint64_t seed = 2300;
   for (const GpuProblem& pr : odd_and_unequal_length_problems()) expect_matches_reference(pr, seed++);

@@ -63,6 +63,20 @@ struct VarlenArg {
   int64_t total_q = 0, total_k = 0;
 };
 
+// The query heads packed into each kv head's rows. A call with G query heads
+// per kv head sharing the mask and few query positions (packed_query_heads
+// in kernel_choice.hpp) runs as kv_heads heads of q_len = positions x G rows,
+// row r of head j being query position r / G of query head j G + r % G (one
+// position: q, out and the LSE viewed so by their strides; more: copies in
+// that order, packed_rows.hpp), so that one tile holds them all and K and V
+// are read once per kv head; row r is then the mask's query row r / G.
+struct PackedHeads {
+  int32_t heads = 0;  // G; 0: none
+  SPATTN_HD bool any() const { return heads != 0; }
+  // Tile row r's mask row: r / G, or r itself for none.
+  SPATTN_HD int mask_row(int r) const { return heads != 0 ? r / heads : r; }
+};
+
 struct FwdParams {
   TensorArg q, k, v, out;
   bool out_f32 = false;  // out holds fp32 instead of the input type
@@ -94,13 +108,8 @@ struct FwdParams {
   // merged with the rest pass's result they hold (write_output). False
   // everywhere else.
   bool merge_into_out = false;
-  // The query heads packed into each kv head's rows (0: none). A call with
-  // one query position and G query heads per kv head (packed_query_heads in
-  // kernel_choice.hpp) runs as kv_heads heads of G rows, row r of head g
-  // being query head g * G + r (q, out and the LSE viewed so by their
-  // strides), so that one tile holds them all and K and V are read once per
-  // kv head; every row is then the mask's query row 0.
-  int32_t packed_heads = 0;
+  // The query heads packed into each kv head's rows (PackedHeads).
+  PackedHeads packed;
   VarlenArg varlen;          // fused kernel only; q_len, k_len are then the mask's
   // Partial results of split rows (fused kernel, plan.num_slots > 0): per
   // (slot, batch * heads of a mask head, tile row) the normalised O (head_dim

@@ -126,19 +126,19 @@ __device__ __forceinline__ uint64_t lane_keep_word(const FwdParams& p, const Pat
   const int kernel_row = warp * Tr::kWarpRows + slot % Tr::kWarpRows, segment = slot / Tr::kWarpRows % kSegments;
   const int64_t seg_k0 = k0 + 64 * segment;
   if (!seq.has_row(q0 + kernel_row)) return 0;
-  // The mask's query row i and its row in the tile: the kernel's, but 0 for
-  // packed query heads (FwdParams::packed_heads: one query position). Query
-  // row i sits at position i + shift (for a varlen sequence that is its mask
-  // row; a regular batch's mask rows are its query rows).
-  const bool packed = p.packed_heads != 0;
-  const int row = packed ? 0 : kernel_row;
-  const int64_t i = packed ? 0 : q0 + kernel_row;
-  const int64_t shift = seq.k_len - (packed ? 1 : seq.q_len);
+  // The mask's query row i and its row in the tile: the kernel's, but for
+  // packed query heads (PackedHeads: one tile of positions x G rows, q0 = 0)
+  // row r is the mask's row r / G. Query row i sits at position i + shift
+  // (for a varlen sequence that is its mask row; a regular batch's mask rows
+  // are its query rows).
+  const int row = p.packed.mask_row(kernel_row);
+  const int64_t i = q0 + row;
+  const int64_t shift = seq.k_len - (p.packed.any() ? p.packed.mask_row(static_cast<int>(seq.q_len)) : seq.q_len);
   uint64_t word = ~uint64_t{0};
   if (!full) {
     const int64_t keys_left = seq.k_len - seg_k0;
     const int keys = keys_left >= 64 ? 64 : keys_left <= 0 ? 0 : static_cast<int>(keys_left);
-    const int64_t warp_pos = (packed ? 0 : q0 + warp * Tr::kWarpRows) + shift;  // its first row's position
+    const int64_t warp_pos = q0 + p.packed.mask_row(warp * Tr::kWarpRows) + shift;  // its first row's position
     if (!expr_row_word(expr, h, i, i + shift, seg_k0, word,
                        p.exclude.term_left_out(warp_pos, warp_pos + Tr::kWarpRows))) {
       word = 0;

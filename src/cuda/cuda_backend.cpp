@@ -96,9 +96,8 @@ cuda_detail::FwdParams make_params(const TensorView& q, const TensorView& k, con
 
 // The kernel arguments of a validated call `p` with one query position
 // whose query heads run `pack` to a kv head as the rows of one tile
-// (PackedHeads): q, out and the LSE viewed as (B, H / pack,
-// pack, D) through their strides, row r of kv head j being query head
-// j pack + r.
+// (PackedHeads): q, out and the LSE viewed as (B, H / pack, pack, D)
+// through their strides, row r of kv head j being query head j pack + r.
 cuda_detail::FwdParams packed_view(cuda_detail::FwdParams p, int64_t pack) {
   for (cuda_detail::TensorArg* t : {&p.q, &p.out}) {
     t->stride_l = t->stride_h;
@@ -244,9 +243,9 @@ void run_attention(cuda_detail::FwdParams p, const BlockMask& mask, DType dtype,
 }
 
 // Runs a validated call `p` of several query positions whose query heads
-// run `pack` to a kv head as the rows of one tile (PackedHeads):
-// q copied into packed rows in stream-ordered scratch, the call on them, then
-// out and the LSE copied back (packed_rows.hpp).
+// run `pack` to a kv head as the rows of one tile (PackedHeads): q copied
+// into packed rows in stream-ordered scratch, the call on them, then out and
+// the LSE copied back (packed_rows.hpp).
 void run_packed_copies(const cuda_detail::FwdParams& p, const BlockMask& mask, int64_t pack, DType dtype,
                        cudaStream_t s) {
   const int64_t rows = p.batch * p.q_heads * p.q_len;  // of q, out and the LSE alike

@@ -123,16 +123,19 @@ bool use_sm90(const cuda_detail::FwdParams& p, const BlockMask& mask) {
 // (batch x query heads per mask head) are fewer work units than the kernel
 // runs at a time on the current device (a call of few query tiles and heads,
 // as in decoding, would leave most multiprocessors idle), the plan that
-// splits its rows into twice that many units (device_fill_plan; the pieces
-// merge as split rows do).
+// splits its rows into two units per multiprocessor (device_fill_plan; the
+// pieces merge as split rows do). Two per multiprocessor ran fastest on both
+// kernels (H100, 1 x 128K keys, docs/cuda.md): the sm90 kernel's one CTA per
+// multiprocessor takes two units in turn, and the sm80 kernel's two CTAs
+// take one each.
 cuda_detail::DeviceTilePlanView call_plan(const cuda_detail::FwdParams& p, const BlockMask& mask,
                                           cuda_detail::TileShape tile, bool sm90, cudaStream_t s) {
   const int64_t copies = p.batch * (p.q_heads / mask.num_heads());
   const int64_t rows = mask.num_heads() * pattern_math::ceil_div(mask.q_len(), tile.rows);
-  const int64_t resident =
-      int64_t{cuda_detail::current_device_info().sms} * (sm90 ? 1 : cuda_detail::sm80_ctas_per_sm(p.head_dim));
+  const int64_t sms = cuda_detail::current_device_info().sms;
+  const int64_t resident = sms * (sm90 ? 1 : cuda_detail::sm80_ctas_per_sm(p.head_dim));
   if (copies == 0 || rows * copies >= resident) return cuda_detail::device_tile_plan(mask, tile, s);
-  return cuda_detail::device_fill_plan(mask, tile, pattern_math::ceil_div(2 * resident, copies), s);
+  return cuda_detail::device_fill_plan(mask, tile, pattern_math::ceil_div(2 * sms, copies), s);
 }
 
 // The fused kernel with p.plan (of `tile`); split rows write partial results
@@ -263,12 +266,12 @@ void run_packed_copies(const cuda_detail::FwdParams& p, const BlockMask& mask, i
   };
   packed.q = contiguous(at, p.head_dim);
   packed.out = contiguous(at + q_region, p.head_dim);
+  const cuda_detail::TensorArg packed_lse = contiguous(at + q_region + out_region, 1);
   if (p.lse) {
-    const cuda_detail::TensorArg lse = contiguous(at + q_region + out_region, 1);
-    packed.lse = static_cast<float*>(lse.data);
-    packed.lse_stride_b = lse.stride_b;
-    packed.lse_stride_h = lse.stride_h;
-    packed.lse_stride_l = lse.stride_l;
+    packed.lse = static_cast<float*>(packed_lse.data);
+    packed.lse_stride_b = packed_lse.stride_b;
+    packed.lse_stride_h = packed_lse.stride_h;
+    packed.lse_stride_l = packed_lse.stride_l;
   }
   packed.q_heads = p.q_heads / pack;
   packed.q_len = head_rows;
@@ -283,8 +286,6 @@ void run_packed_copies(const cuda_detail::FwdParams& p, const BlockMask& mask, i
     shape.cols = 1;
     shape.elem_bytes = 4;
     const cuda_detail::TensorArg caller_lse{p.lse, p.lse_stride_b, p.lse_stride_h, p.lse_stride_l};
-    const cuda_detail::TensorArg packed_lse{packed.lse, packed.lse_stride_b, packed.lse_stride_h,
-                                            packed.lse_stride_l};
     cuda_detail::launch_packed_rows(caller_lse, packed_lse, shape, cuda_detail::PackDirection::FromPacked, s);
   }
 }

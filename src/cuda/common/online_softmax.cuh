@@ -258,16 +258,21 @@ __device__ __forceinline__ void write_output(const FwdParams& p, const float (&o
   });
 }
 
-// One piece of a split row: O / l (fp32) and the natural-log LSE of every tile
-// row into the partial-result slot starting at tile row `first` (rows outside
-// the sequence included, past q_len or, in a varlen chunk, before its first
-// query; the combine step ignores them).
+// One piece of a split row: O / l (fp32) and the natural-log LSE of the tile
+// rows holding a query of the sequence (`seq`, tile rows from query row q0)
+// into the partial-result slot starting at tile row `first`. The combine step
+// reads only those rows, so the others are not written: a decoding call's
+// tile holds one query row (or a few, packed), and writing all of its rows
+// was most of a piece's stores.
 template <typename Tr>
 __device__ __forceinline__ void write_partial(const FwdParams& p, const float (&o)[Tr::kMAtoms][Tr::kDAtoms][4],
                                               const float (&m)[Tr::kMAtoms][2], const float (&l)[Tr::kMAtoms][2],
-                                              int64_t first, int warp, int lane) {
+                                              const SequenceSpan& seq, int64_t q0, int64_t first, int warp,
+                                              int lane) {
   finish_rows<Tr>(m, l, [&](int a, int half, float inv, float lse) {
-    const int64_t row = first + warp * Tr::kWarpRows + a * 16 + (lane >> 2) + half * 8;
+    const int tile_row = warp * Tr::kWarpRows + a * 16 + (lane >> 2) + half * 8;
+    if (!seq.has_row(q0 + tile_row)) return;
+    const int64_t row = first + tile_row;
     float* out = p.partial_o + row * Tr::kHeadDim + (lane & 3) * 2;
 #pragma unroll
     for (int d = 0; d < Tr::kDAtoms; ++d)

@@ -288,10 +288,11 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm)
       run_tiles(std::false_type{});
   }
   cp_async_wait<0>();  // a row without tiles still has its Q copy in flight
+  const SequenceSpan out_seq = sequence_span(p, b);
   if (work.slot < 0)
-    write_output<Tr, kPermutedPass>(p, o, m, l, sequence_span(p, b), h, q0, warp, lane);
+    write_output<Tr, kPermutedPass>(p, o, m, l, out_seq, h, q0, warp, lane);
   else
-    write_partial<Tr>(p, o, m, l, (work.slot * copies + copy) * Tr::kBlockM, warp, lane);
+    write_partial<Tr>(p, o, m, l, out_seq, q0, (work.slot * copies + copy) * Tr::kBlockM, warp, lane);
 }
 
 }  // namespace spattn::cuda_detail

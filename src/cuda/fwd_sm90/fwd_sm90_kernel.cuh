@@ -360,7 +360,7 @@ __device__ __forceinline__ void write_unit_result(const FwdParams& p, float (&o)
   else if (w.item.slot < 0)
     write_output<Tr>(p, o, m, l, seq, w.h, q0, warp, lane);
   else
-    write_partial<Tr>(p, o, m, l, (w.item.slot * static_cast<int64_t>(copies) + w.copy) * Tr::kBlockM, warp, lane);
+    write_partial<Tr>(p, o, m, l, seq, q0, (w.item.slot * static_cast<int64_t>(copies) + w.copy) * Tr::kBlockM, warp, lane);
 }
 
 // One work unit of a consumer warpgroup. Per tile n the products are issued

@@ -92,11 +92,11 @@ const T* upload(std::vector<DevicePtr>& arrays, const std::vector<T>& host) {
   return upload(arrays, host.data(), static_cast<int64_t>(host.size()));
 }
 
-void require_not_capturing(cudaStream_t stream) {
-  require(!capturing(stream),
-          "CUDA backend: the mask has no device plan yet and the stream is capturing a graph; "
-          "call cuda_prepare_mask before the capture");
-}
+constexpr const char* kNoPlanWhileCapturing =
+    "CUDA backend: the mask has no device plan yet and the stream is capturing a graph; "
+    "call cuda_prepare_mask before the capture";
+
+void require_not_capturing(cudaStream_t stream) { require(!capturing(stream), kNoPlanWhileCapturing); }
 
 PerDevice& per_device(const BlockMask& mask, cudaStream_t stream) {
   int device = 0;
@@ -214,9 +214,7 @@ DeviceTilePlanView device_fill_plan(const BlockMask& mask, TileShape tile, int64
   if (const TilePlanEntry* e = find_tile_plan(d, tile, min_items)) return e->view;
   if (!capturing(stream)) return make_device_tile_plan(mask, d, tile, min_items);
   const TilePlanEntry* plain = find_tile_plan(d, tile, 0);
-  require(plain != nullptr,
-          "CUDA backend: the mask has no device plan yet and the stream is capturing a graph; "
-          "call cuda_prepare_mask before the capture");
+  require(plain != nullptr, kNoPlanWhileCapturing);
   return plain->view;
 }
 

@@ -38,7 +38,9 @@
 // (default 500), then one untimed call, then calls of the same case for
 // --warmup-ms milliseconds (default none), then CUDA events around each of
 // --repeats calls, and more until the timed calls add up to --timed-ms
-// (default none), the median reported. The card's clocks follow its power
+// (default none), the median reported ("host_ms": the median time the host
+// spends inside one of those calls, its checks, plan lookups and launches;
+// the events cover it too, so a call of little device work is bound by it). The card's clocks follow its power
 // draw: an H100 under minutes-long dense load sits at its 700 W cap near
 // 1300-1600 MHz against 1980 MHz in short bursts, and a case timed right
 // after a heavy one inherits part of that (docs/cuda.md, "Clocks and
@@ -273,24 +275,30 @@ void run(const Options& o) {
       check(cudaDeviceSynchronize(), "warm-up");
     }
     std::vector<float> times;
+    std::vector<double> host_times;  // the host's share of each timed call: checks, plan lookups, launches
     double timed_total = 0;
     while (static_cast<int64_t>(times.size()) < o.repeats || timed_total < o.timed_ms) {
-      times.push_back(timer.time_ms(nullptr, call));
+      times.push_back(timer.time_ms(nullptr, [&] {
+        const auto h0 = std::chrono::steady_clock::now();
+        call();
+        host_times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - h0).count());
+      }));
       timed_total += times.back();
     }
     std::sort(times.begin(), times.end());
+    std::sort(host_times.begin(), host_times.end());
     const double median_ms = times[times.size() / 2];
     const double tflops = 4.0 * static_cast<double>(kept) * static_cast<double>(D) / (median_ms * 1e-3) / 1e12;
     std::printf(
         "{\"case\": \"%s\", \"kernel\": \"%s\", \"batch\": %lld, \"heads\": %lld, \"kv_heads\": %lld, "
         "\"seq\": %lld, \"q_len\": %lld, \"head_dim\": %lld, "
         "\"dtype\": \"%s\", \"block\": %lld, \"kept_pairs\": %lld, \"density\": %.6f, \"time_ms\": %.4f, "
-        "\"min_ms\": %.4f, \"tflops\": %.2f, \"mask_build_ms\": %.2f, \"prepare_ms\": %.2f, \"blocks\": %lld, \"full_blocks\": %lld, "
+        "\"min_ms\": %.4f, \"host_ms\": %.4f, \"tflops\": %.2f, \"mask_build_ms\": %.2f, \"prepare_ms\": %.2f, \"blocks\": %lld, \"full_blocks\": %lld, "
         "\"varlen_seqs\": %lld, \"rest_ms\": %.0f, \"warmup_ms\": %.0f, \"timed_calls\": %zu}\n",
         name.c_str(), kernel_name(naive, sm90), static_cast<long long>(B),
         static_cast<long long>(H), static_cast<long long>(Hkv),
         static_cast<long long>(L), static_cast<long long>(Lq), static_cast<long long>(D), dtype_name(o.dtype), static_cast<long long>(o.block),
-        static_cast<long long>(kept), density, median_ms, times.front(), tflops, build_ms, prepare_ms,
+        static_cast<long long>(kept), density, median_ms, times.front(), host_times[host_times.size() / 2], tflops, build_ms, prepare_ms,
         static_cast<long long>(mask.num_blocks()), static_cast<long long>(mask.num_full_blocks()),
         static_cast<long long>(o.varlen), o.rest_ms, o.warmup_ms, times.size());
     std::fflush(stdout);

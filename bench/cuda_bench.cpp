@@ -40,11 +40,11 @@
 // --repeats calls, and more until the timed calls add up to --timed-ms
 // (default none), the median reported ("host_ms": the median time the host
 // spends inside one of those calls, its checks, plan lookups and launches;
-// the events cover it too, so a call of little device work is bound by it). The card's clocks follow its power
-// draw: an H100 under minutes-long dense load sits at its 700 W cap near
-// 1300-1600 MHz against 1980 MHz in short bursts, and a case timed right
-// after a heavy one inherits part of that (docs/cuda.md, "Clocks and
-// warm-up"). The rest makes each case's figure independent of the cases
+// the events cover it too, so a call of little device work is bound by it).
+// The card's clocks follow its power draw: an H100 under minutes-long dense
+// load sits at its 700 W cap near 1300-1600 MHz against 1980 MHz in short
+// bursts, and a case timed right after a heavy one inherits part of that
+// (docs/cuda.md, "Clocks and warm-up"). The rest makes each case's figure independent of the cases
 // before it (the clock is back at 1980 MHz within about 100 ms of idling:
 // bench/results/clocks_regime_nvidia_h100.csv); a longer
 // warm-up measures the sustained state instead. bench/gpu_peers.py runs this

@@ -135,7 +135,9 @@ cuda_detail::DeviceTilePlanView call_plan(const cuda_detail::FwdParams& p, const
   const int64_t sms = cuda_detail::current_device_info().sms;
   const int64_t resident = sms * (sm90 ? 1 : cuda_detail::sm80_ctas_per_sm(p.head_dim));
   if (copies == 0 || rows * copies >= resident) return cuda_detail::device_tile_plan(mask, tile, s);
-  return cuda_detail::device_fill_plan(mask, tile, pattern_math::ceil_div(2 * sms, copies), s);
+  // A tile's rows with queries (positions x packed heads): few of them make short pieces pay.
+  const int64_t piece = cuda_detail::min_fill_piece_tiles(std::min(p.q_len, tile.rows), tile);
+  return cuda_detail::device_fill_plan(mask, tile, pattern_math::ceil_div(2 * sms, copies), piece, s);
 }
 
 // The fused kernel with p.plan (of `tile`); split rows write partial results

@@ -142,10 +142,12 @@ TEST(CudaTilePlan, SplitsRowsFarLongerThanTheAverage) {
 
 // A plan asked for more items than it has rows (a call of few query tiles
 // and heads) splits every row longer than total / min_items key tiles, in
-// pieces of at least about kMinFillPieceTiles; asked for no more than its
-// rows, it is the plain plan.
+// pieces of at least the least piece asked for (kMinFillPieceTiles, or
+// kMinFillPieceTilesFewRows where a tile holds few query rows); asked for no
+// more than its rows, it is the plain plan.
 TEST(CudaTilePlan, SplitsFewLongRowsToFillTheDevice) {
   using cuda_detail::kMinFillPieceTiles;
+  using cuda_detail::kMinFillPieceTilesFewRows;
   const TileShape tile{128, 128};
   // One query tile over 128 key tiles (a decoding step over 16K keys).
   const BlockMask decode = BlockMask::build(Pattern::dense(), MaskShape{100, 16384, 128, 128, 1});
@@ -155,26 +157,39 @@ TEST(CudaTilePlan, SplitsFewLongRowsToFillTheDevice) {
   ASSERT_EQ(nine.split_rows.size(), 1u);
   EXPECT_EQ(nine.split_rows[0].pieces, 9);
   expect_items_cover_every_row_once(decode, nine, tile);
-  const HostTilePlan most = cuda_detail::make_tile_plan(decode, tile, 1000);
-  EXPECT_EQ(static_cast<int64_t>(most.items.size()), 128 / kMinFillPieceTiles);
-  for (const cuda_detail::WorkItem& item : most.items) EXPECT_EQ(item.end - item.begin, kMinFillPieceTiles);
-  expect_items_cover_every_row_once(decode, most, tile);
-  // A streaming row (a sink block and the 32 blocks of its window) splits
-  // into five pieces of 6 or 7 blocks; 256-key blocks count two tiles each.
-  const HostTilePlan streaming = cuda_detail::make_tile_plan(
-      BlockMask::build(Pattern::streaming(128, 4096), MaskShape{1, 32768, 128, 128, 1}), tile, 264);
-  EXPECT_EQ(streaming.items.size(), 5u);
-  const BlockMask wide = BlockMask::build(Pattern::dense(), MaskShape{128, 8192, 128, 256, 1});
-  const HostTilePlan wide_plan = cuda_detail::make_tile_plan(wide, tile, 100);
-  EXPECT_EQ(wide_plan.items.size(), 8u);  // 32 blocks of two tiles, pieces of four blocks
-  expect_items_cover_every_row_once(wide, wide_plan, tile);
-  // Causal rows of 1..8 tiles: none longer than a piece, none split.
-  const BlockMask causal = BlockMask::build(Pattern::causal(), MaskShape{1024, 1024, 128, 128, 2});
-  EXPECT_TRUE(cuda_detail::make_tile_plan(causal, tile, 100).split_rows.empty());
+  for (const int64_t piece : {kMinFillPieceTiles, kMinFillPieceTilesFewRows}) {
+    SCOPED_TRACE(::testing::Message() << "least piece " << piece);
+    const HostTilePlan most = cuda_detail::make_tile_plan(decode, tile, 1000, piece);
+    EXPECT_EQ(static_cast<int64_t>(most.items.size()), 128 / piece);
+    for (const cuda_detail::WorkItem& item : most.items) EXPECT_EQ(item.end - item.begin, piece);
+    expect_items_cover_every_row_once(decode, most, tile);
+    // A streaming row (a sink block and the 32 blocks of its window: 33
+    // tiles) splits into pieces of the least size; 256-key blocks count two
+    // tiles each, so a piece takes half as many of them.
+    const HostTilePlan streaming = cuda_detail::make_tile_plan(
+        BlockMask::build(Pattern::streaming(128, 4096), MaskShape{1, 32768, 128, 128, 1}), tile, 264, piece);
+    EXPECT_EQ(static_cast<int64_t>(streaming.items.size()), (33 + piece - 1) / piece);
+    const BlockMask wide = BlockMask::build(Pattern::dense(), MaskShape{128, 8192, 128, 256, 1});
+    const HostTilePlan wide_plan = cuda_detail::make_tile_plan(wide, tile, 100, piece);
+    const int64_t wide_piece_blocks = (piece + 1) / 2;
+    EXPECT_EQ(static_cast<int64_t>(wide_plan.items.size()), (32 + wide_piece_blocks - 1) / wide_piece_blocks);
+    expect_items_cover_every_row_once(wide, wide_plan, tile);
+    // Causal rows of 1..piece tiles: none longer than a piece, none split.
+    const int64_t short_len = 128 * piece;
+    const BlockMask causal = BlockMask::build(Pattern::causal(), MaskShape{short_len, short_len, 128, 128, 2});
+    EXPECT_TRUE(cuda_detail::make_tile_plan(causal, tile, 100, piece).split_rows.empty());
+  }
+  // The least piece of a call: short where at most a quarter of a tile's rows
+  // hold queries.
+  EXPECT_EQ(cuda_detail::min_fill_piece_tiles(1, tile), kMinFillPieceTilesFewRows);
+  EXPECT_EQ(cuda_detail::min_fill_piece_tiles(32, tile), kMinFillPieceTilesFewRows);
+  EXPECT_EQ(cuda_detail::min_fill_piece_tiles(33, tile), kMinFillPieceTiles);
+  EXPECT_EQ(cuda_detail::min_fill_piece_tiles(128, tile), kMinFillPieceTiles);
   // Causal rows of 1..64 tiles (one mask head, shared by the two query
   // heads): asked for no more items than its 64 rows, the plain plan; asked
   // for 200, the rows longer than ceil(2080 / 200) = 11 tiles split, into
   // pieces of at most 11.
+  static_assert(kMinFillPieceTiles <= 11, "the pieces below are of ceil(2080 / 200) tiles");
   const BlockMask long_causal = BlockMask::build(Pattern::causal(), MaskShape{8192, 8192, 128, 128, 2});
   ASSERT_EQ(long_causal.num_heads(), 1);
   const HostTilePlan plain = cuda_detail::make_tile_plan(long_causal, tile);
@@ -324,6 +339,34 @@ TEST(CudaTilePlan, WorkUnitsNameEveryItemAndCopyOnce) {
   const cuda_detail::WorkUnits units(p, cuda_detail::UnitOrder::kCopyMajorBanded);
   EXPECT_EQ(units.count, 0);
   EXPECT_EQ(cuda_detail::locate_unit(p.plan, units, 0).item, cuda_detail::kNoItem);
+}
+
+// The sm90 launch walks its units in a static stride, with no counter to
+// zero, only where every item is as long as the others within one entry:
+// the pieces of a row split to fill the device, not causal rows, not a
+// varlen batch, not items built on the device (lengths unknown).
+TEST(CudaTilePlan, StaticStrideOnlyForItemsOfEqualLength) {
+  const TileShape tile{128, 128};
+  const auto equal = [](const HostTilePlan& host, bool varlen) {
+    cuda_detail::FwdParams p;
+    p.plan.max_item_entries = host.max_item_entries;
+    p.plan.min_item_entries = host.min_item_entries;
+    static const int32_t cu_seqlens[2] = {0, 1};  // never read: the launch tests only that it is given
+    if (varlen) p.varlen.cu_seqlens_q = cu_seqlens;
+    return cuda_detail::items_of_equal_length(p);
+  };
+  const BlockMask decode = BlockMask::build(Pattern::dense(), MaskShape{1, 16384, 128, 128, 1});
+  const HostTilePlan pieces = cuda_detail::make_tile_plan(decode, tile, 9);  // 128 tiles in pieces of 14 or 15
+  ASSERT_EQ(pieces.items.size(), 9u);
+  EXPECT_EQ(pieces.max_item_entries - pieces.min_item_entries, 1);
+  EXPECT_TRUE(equal(pieces, false));
+  EXPECT_FALSE(equal(pieces, true));
+  const HostTilePlan causal = cuda_detail::make_tile_plan(
+      BlockMask::build(Pattern::causal(), MaskShape{4096, 4096, 128, 128, 1}), tile);
+  EXPECT_EQ(causal.min_item_entries, 1);
+  EXPECT_EQ(causal.max_item_entries, 32);
+  EXPECT_FALSE(equal(causal, false));
+  EXPECT_FALSE(equal(HostTilePlan{}, false));
 }
 
 // The order a launch of 132 CTAs over 16 heads of causal rows (bf16, D = 128)

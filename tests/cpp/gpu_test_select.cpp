@@ -91,12 +91,15 @@ std::vector<std::vector<double>> host_probabilities(const HostTensor& q, const H
   return rows;
 }
 
-// Batch element b of a contiguous host tensor, as its own tensor.
-HostTensor batch_copy(const HostTensor& t, int64_t b) {
-  HostTensor c(t.view.dtype, 1, t.view.heads(), t.view.seq_len(), t.view.head_dim());
-  const size_t bytes = c.bytes.size();
-  std::copy(t.bytes.begin() + static_cast<std::ptrdiff_t>(b * bytes),
-            t.bytes.begin() + static_cast<std::ptrdiff_t>((b + 1) * bytes), c.bytes.begin());
+// Batch element b of a contiguous host tensor, `times` times over (a batch of
+// `times` equal elements).
+HostTensor batch_copy(const HostTensor& t, int64_t b, int64_t times = 1) {
+  HostTensor c(t.view.dtype, times, t.view.heads(), t.view.seq_len(), t.view.head_dim());
+  const size_t bytes = c.bytes.size() / static_cast<size_t>(times);
+  for (int64_t n = 0; n < times; ++n)
+    std::copy(t.bytes.begin() + static_cast<std::ptrdiff_t>(b * bytes),
+              t.bytes.begin() + static_cast<std::ptrdiff_t>((b + 1) * bytes),
+              c.bytes.begin() + static_cast<std::ptrdiff_t>(n * bytes));
   return c;
 }
 
@@ -473,7 +476,16 @@ TEST(GpuSelect, DynamicAttentionEqualsTheStaticRunOfItsMasks) {
     dout.copy_to(out);
     dlse.copy_to(lse);
 
-    HostTensor want(DType::F32, 1, t.Hq, t.Lq, 128), want_lse(DType::F32, 1, t.Hq, t.Lq, 1);
+    // The static run computes each batch element `times` times over, so that
+    // its work units (query tiles x query heads x batch) fill the device
+    // twice over on either kernel: it then runs the mask's own plan, as
+    // dynamic attention does, rather than a plan that splits rows to fill the
+    // device (which would add its pieces in another order).
+    int device = 0, sms = 0;
+    cuda_ok(cudaGetDevice(&device), "cudaGetDevice");
+    cuda_ok(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "multiprocessor count");
+    const int64_t times = (4 * sms + t.Hq * ((t.Lq + 127) / 128) - 1) / (t.Hq * ((t.Lq + 127) / 128));
+    HostTensor want(DType::F32, times, t.Hq, t.Lq, 128), want_lse(DType::F32, times, t.Hq, t.Lq, 1);
     HostTensor ref(DType::F64, 1, t.Hq, t.Lq, 128);
     DeviceTensor dwant(want), dwant_lse(want_lse);
     const TensorView want_lse_view = dwant_lse.view();
@@ -487,16 +499,16 @@ TEST(GpuSelect, DynamicAttentionEqualsTheStaticRunOfItsMasks) {
       const CudaKernel chosen = cuda_kernel();
       const bool sm90 = chosen != CudaKernel::Sm80 && cuda_sm90_kernel_available() &&
                         t.config.block_q % 128 == 0 && t.config.block_k % 128 == 0;
+      const DeviceTensor rq(batch_copy(q, b, times)), rk(batch_copy(k, b, times)), rv(batch_copy(v, b, times));
       cuda_set_kernel(sm90 ? CudaKernel::Sm90 : CudaKernel::Sm80);
-      cuda_attention(batch_slice(dq.view(), b), batch_slice(dk.view(), b), batch_slice(dv.view(), b),
-                     dwant.view(), mask, scale, &want_lse_view);
+      cuda_attention(rq.view(), rk.view(), rv.view(), dwant.view(), mask, scale, &want_lse_view);
       cuda_set_kernel(chosen);
       cuda_ok(cudaDeviceSynchronize(), "static attention");
       dwant.copy_to(want);
       dwant_lse.copy_to(want_lse);
       const HostTensor got = batch_copy(out, b), got_lse = batch_copy(lse, b);
-      EXPECT_EQ(got.bytes, want.bytes) << "batch " << b;
-      EXPECT_EQ(got_lse.bytes, want_lse.bytes) << "batch " << b;
+      EXPECT_EQ(got.bytes, batch_copy(want, 0).bytes) << "batch " << b;
+      EXPECT_EQ(got_lse.bytes, batch_copy(want_lse, 0).bytes) << "batch " << b;
       reference_attention(batch_slice(q.view, b), batch_slice(k.view, b), batch_slice(v.view, b), ref.view,
                           mask, scale, nullptr);
       EXPECT_LT(relative_error(got.to_double(), ref.to_double()), out_tolerance(DType::BF16)) << "batch " << b;

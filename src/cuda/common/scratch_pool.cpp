@@ -33,10 +33,13 @@ cudaMemPool_t scratch_pool() {
 
 void* scratch_alloc(size_t bytes, cudaStream_t stream) {
   void* p = nullptr;
+  if (bytes == 0) return p;
   check_cuda(cudaMallocFromPoolAsync(&p, bytes, scratch_pool(), stream), "cudaMallocFromPoolAsync");
   return p;
 }
 
-void scratch_free(void* p, cudaStream_t stream) { check_cuda(cudaFreeAsync(p, stream), "cudaFreeAsync"); }
+void scratch_free(void* p, cudaStream_t stream) {
+  if (p != nullptr) check_cuda(cudaFreeAsync(p, stream), "cudaFreeAsync");
+}
 
 }  // namespace spattn::cuda_detail

@@ -18,10 +18,12 @@ namespace spattn::cuda_detail {
 // graph capture, e.g. through cuda_prepare_mask).
 cudaMemPool_t scratch_pool();
 
-// `bytes` of scratch usable by work queued on `stream` after this call.
+// `bytes` of scratch usable by work queued on `stream` after this call (null
+// for none).
 void* scratch_alloc(size_t bytes, cudaStream_t stream);
 
-// Returns scratch once the work queued on `stream` so far has finished.
+// Returns scratch once the work queued on `stream` so far has finished (null:
+// nothing).
 void scratch_free(void* p, cudaStream_t stream);
 
 // Stream-ordered scratch returned when the scope ends (also on a throw).
@@ -31,7 +33,7 @@ class ScopedScratch {
  public:
   ScopedScratch(size_t bytes, cudaStream_t stream) : stream_(stream), ptr_(scratch_alloc(bytes, stream)) {}
   ~ScopedScratch() noexcept(false) {
-    if (std::uncaught_exceptions() > 0)
+    if (ptr_ != nullptr && std::uncaught_exceptions() > 0)
       cudaFreeAsync(ptr_, stream_);
     else
       scratch_free(ptr_, stream_);

@@ -12,6 +12,8 @@
 #include <cuda_fp16.h>
 
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/dependent_launch.cuh"
+#include "cuda/common/device_info.hpp"
 #include "cuda/common/sequence_span.hpp"
 #include "cuda/common/split_combine.hpp"
 #include "cuda/common/work_units.hpp"
@@ -45,6 +47,7 @@ __device__ __forceinline__ void store_columns(T* out, int64_t at, float4 v) {
 template <typename T>
 __global__ void __launch_bounds__(kCombineThreads) split_combine_kernel(const FwdParams p, int64_t tile_rows,
                                                                         int64_t threads) {
+  wait_for_prerequisite_grid();  // the forward kernel's partial results
   const int64_t index = static_cast<int64_t>(blockIdx.x) * kCombineThreads + threadIdx.x;
   if (index >= threads) return;
   const DeviceTilePlanView& plan = p.plan;
@@ -124,8 +127,20 @@ void launch_split_combine(const FwdParams& p, int64_t tile_rows, cudaStream_t st
   const int64_t ctas = (threads + kCombineThreads - 1) / kCombineThreads;
   require(ctas <= 0x7fffffff, "CUDA backend: the merge of ", p.plan.num_split_rows, " split rows needs ", ctas,
           " CTAs, more than the grid limit");
-  split_combine_kernel<T><<<static_cast<unsigned>(ctas), kCombineThreads, 0, stream>>>(p, tile_rows, threads);
-  check_launch("split combine kernel launch");
+  // Launched as the forward kernel's programmatic dependent where the device
+  // has it (dependent_launch.cuh): the merge's launch then overlaps the
+  // forward kernel's end.
+  cudaLaunchAttribute dependent{};
+  dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  dependent.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(ctas));
+  config.blockDim = dim3(kCombineThreads);
+  config.stream = stream;
+  config.attrs = &dependent;
+  config.numAttrs = current_device_info().major >= 9 ? 1 : 0;
+  check_cuda(cudaLaunchKernelEx(&config, split_combine_kernel<T>, p, tile_rows, threads),
+             "split combine kernel launch");
 }
 
 template void launch_split_combine<__nv_bfloat16>(const FwdParams& p, int64_t tile_rows, cudaStream_t stream);

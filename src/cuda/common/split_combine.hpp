@@ -23,7 +23,9 @@ inline int64_t partial_lse_floats(const FwdParams& p, int64_t tile_rows) {
 }
 
 // Merges the pieces of split rows into the output (after the kernel, same
-// stream); slot s of copy c holds tile rows from (s * copies + c) * tile_rows.
+// stream; on compute capability 9.0 and newer as the kernel's programmatic
+// dependent, dependent_launch.cuh); slot s of copy c holds tile rows from
+// (s * copies + c) * tile_rows.
 template <typename T>
 void launch_split_combine(const FwdParams& p, int64_t tile_rows, cudaStream_t stream);
 

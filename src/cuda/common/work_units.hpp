@@ -76,6 +76,17 @@ inline int64_t kv_bytes_read(const FwdParams& p, int64_t head_dim, int64_t eleme
   return 2 * p.kv_heads * k_rows * p.residue_rate * head_dim * element_bytes;
 }
 
+// Whether every item of the plan has the same number of entries, within one
+// (the pieces of a plan that splits rows to fill the device): the units of a
+// launch outside varlen batches (whose sequences cut the walks short) are
+// then as long as each other, and a static stride over them keeps every CTA
+// as busy as drawing them from a counter does.
+inline bool items_of_equal_length(const FwdParams& p) {
+  const DeviceTilePlanView& plan = p.plan;
+  return p.varlen.cu_seqlens_q == nullptr && plan.min_item_entries > 0 &&
+         plan.max_item_entries - plan.min_item_entries <= 1;
+}
+
 // The copies of the plan a launch runs (batch x query heads per mask head):
 // its work units are the plan's items times these.
 inline int64_t launch_copies(const FwdParams& p) { return p.batch * (p.q_heads / p.plan.blocks.num_heads); }

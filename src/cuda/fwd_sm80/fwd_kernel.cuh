@@ -43,6 +43,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/common/dependent_launch.cuh"
 #include "cuda/common/fwd_params.hpp"
 #include "cuda/common/online_softmax.cuh"
 #include "cuda/common/ptx_sm80.cuh"
@@ -177,6 +178,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm)
   const uint32_t sV = sK + Tr::kKVElems * sizeof(T);
   PatternExpr& expr = *reinterpret_cast<PatternExpr*>(smem + Tr::kExprOffset);
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  allow_dependent_launch();  // the merge of split rows may launch now and wait for this grid
 
   // ---- the work item, then batch and head inside the mask head ----
   const DeviceTilePlanView& plan = p.plan;

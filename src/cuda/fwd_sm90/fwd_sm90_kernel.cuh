@@ -46,6 +46,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/dependent_launch.cuh"
 #include "cuda/common/fwd_params.hpp"
 #include "cuda/common/online_softmax.cuh"
 #include "cuda/common/ptx_sm80.cuh"
@@ -65,7 +66,8 @@ namespace spattn::cuda_detail {
 __device__ const PatternExpr kNoPatternExpr{};
 
 // What the launch passes beside the parameters: `counter` gives the units
-// after each CTA's first (UnitRing), `order` their order.
+// after each CTA's first (UnitRing; null: a static stride), `order` their
+// order.
 struct Sm90Schedule {
   uint32_t* counter;
   UnitOrder order;
@@ -139,7 +141,10 @@ struct RingSlot {
 // blockIdx.x, then gridDim.x plus the next value of a global counter zeroed
 // before the launch, so a CTA that finishes early takes more work (a static
 // stride over the units left up to 4% of the time idle at the end of causal
-// grids); kNoItem ends both roles' loops.
+// grids). Where every unit is as long as the others (the pieces of a plan
+// that splits rows to fill the device) the launch passes no counter and the
+// units go in a static stride, blockIdx.x + n gridDim.x, which needs no
+// zeroed counter before the launch. kNoItem ends both roles' loops.
 template <typename Tr>
 struct UnitRing {
   // One counter rather than a RingSlot's stage and parity: a register less
@@ -185,7 +190,7 @@ __device__ __forceinline__ void produce(const FwdParams& p, const Sm90TensorMaps
   RingSlot<Tr::kStages> slot;
   UnitRing<Tr> ring;
   uint32_t q_loads = 0;
-  for (uint32_t unit = blockIdx.x;; unit = gridDim.x + atomicAdd(unit_counter, 1u)) {
+  for (uint32_t unit = blockIdx.x;; unit = unit_counter ? gridDim.x + atomicAdd(unit_counter, 1u) : unit + gridDim.x) {
     const UnitPlace place = locate_unit(plan, units, unit);
     ring.post(sm, place);
     if (place.item == kNoItem) break;
@@ -628,6 +633,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   extern __shared__ __align__(1024) unsigned char smem[];
   const Sm90Smem<Tr> sm{(smem_address(smem) + 1023u) & ~1023u};
   const WorkUnits units(p, schedule.order);
+  allow_dependent_launch();  // the merge of split rows may launch now and wait for this grid
 
   if (threadIdx.x == 0) {
     mbarrier_init(sm.q_full(), 1);

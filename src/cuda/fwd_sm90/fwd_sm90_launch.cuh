@@ -2,8 +2,8 @@
 // Hopper forward kernel: the tensor maps of q, k and v (over the packed rows
 // of a varlen batch), the dynamic
 // shared-memory limit, a persistent grid of one CTA per multiprocessor (or
-// fewer when there is less work) with its zeroed work counter, then the
-// merge of split rows.
+// fewer when there is less work) with its zeroed work counter (or a static
+// stride over units of equal length), then the merge of split rows.
 #pragma once
 
 #include <algorithm>
@@ -48,8 +48,12 @@ void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
           " work units (plan items x batch x query heads per mask head) exceed 2^31 - 1");
   const int64_t ctas = std::min<int64_t>(units, device.sms);
   if (ctas > 0) {
-    ScopedScratch unit_counter(sizeof(uint32_t), stream);  // the units drawn after each CTA's first
-    check_cuda(cudaMemsetAsync(unit_counter.get(), 0, sizeof(uint32_t), stream), "cudaMemsetAsync(unit counter)");
+    // The units drawn after each CTA's first, from a zeroed counter; none
+    // where a static stride serves as well (items_of_equal_length).
+    const bool drawn = !items_of_equal_length(p);
+    ScopedScratch unit_counter(drawn ? sizeof(uint32_t) : 0, stream);
+    if (drawn)
+      check_cuda(cudaMemsetAsync(unit_counter.get(), 0, sizeof(uint32_t), stream), "cudaMemsetAsync(unit counter)");
     const Sm90Schedule schedule{static_cast<uint32_t*>(unit_counter.get()),
                                 launch_unit_order(p, device, ctas, kHeadDim, sizeof(T))};
     kernel<<<static_cast<unsigned>(ctas), Tr::kThreads, Tr::kSmemBytes, stream>>>(p, maps, schedule);

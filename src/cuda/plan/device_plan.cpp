@@ -26,7 +26,7 @@ using pattern_math::ceil_div;
 
 struct TilePlanEntry {
   TileShape tile;
-  int64_t min_items = 0;  // make_tile_plan's
+  int64_t min_items = 0, min_piece_tiles = 0;  // make_tile_plan's
   std::vector<DevicePtr> arrays;
   DeviceTilePlanView view;
 };
@@ -153,19 +153,24 @@ void adopt_device_mask(const BlockMask& mask, const BlockMaskView& blocks,
 
 namespace {
 
-// The cached plan of (tile, min_items) on this device, or null.
-const TilePlanEntry* find_tile_plan(const PerDevice& d, TileShape tile, int64_t min_items) {
+// The cached plan of (tile, min_items, min_piece_tiles) on this device, or null.
+const TilePlanEntry* find_tile_plan(const PerDevice& d, TileShape tile, int64_t min_items,
+                                    int64_t min_piece_tiles) {
   for (const auto& e : d.tile_plans)
-    if (e->tile.rows == tile.rows && e->tile.cols == tile.cols && e->min_items == min_items) return e.get();
+    if (e->tile.rows == tile.rows && e->tile.cols == tile.cols && e->min_items == min_items &&
+        e->min_piece_tiles == min_piece_tiles)
+      return e.get();
   return nullptr;
 }
 
-// Makes, uploads and caches the plan of (tile, min_items) on this device.
-DeviceTilePlanView make_device_tile_plan(const BlockMask& mask, PerDevice& d, TileShape tile, int64_t min_items) {
-  const HostTilePlan host = make_tile_plan(mask, tile, min_items);
+// Makes, uploads and caches the plan of (tile, min_items, min_piece_tiles) on this device.
+DeviceTilePlanView make_device_tile_plan(const BlockMask& mask, PerDevice& d, TileShape tile, int64_t min_items,
+                                         int64_t min_piece_tiles) {
+  const HostTilePlan host = make_tile_plan(mask, tile, min_items, min_piece_tiles);
   auto e = std::make_unique<TilePlanEntry>();
   e->tile = tile;
   e->min_items = min_items;
+  e->min_piece_tiles = min_piece_tiles;
   DeviceTilePlanView& view = e->view;
   view.blocks = d.mask.blocks;
   if (host.derived) {
@@ -185,6 +190,7 @@ DeviceTilePlanView make_device_tile_plan(const BlockMask& mask, PerDevice& d, Ti
   view.band_first = upload(e->arrays, host.band_first);
   view.num_bands = static_cast<int64_t>(host.band_first.size()) - 1;
   view.max_item_entries = host.max_item_entries;
+  view.min_item_entries = host.min_item_entries;
   view.total_item_entries = host.total_item_entries;
   view.split_rows = upload(e->arrays, host.split_rows);
   view.num_split_rows = static_cast<int64_t>(host.split_rows.size());
@@ -203,17 +209,18 @@ DeviceTilePlanView make_device_tile_plan(const BlockMask& mask, PerDevice& d, Ti
 DeviceTilePlanView device_tile_plan(const BlockMask& mask, TileShape tile, cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(cache_mutex());
   PerDevice& d = per_device(mask, stream);
-  if (const TilePlanEntry* e = find_tile_plan(d, tile, 0)) return e->view;
+  if (const TilePlanEntry* e = find_tile_plan(d, tile, 0, kMinFillPieceTiles)) return e->view;
   require_not_capturing(stream);
-  return make_device_tile_plan(mask, d, tile, 0);
+  return make_device_tile_plan(mask, d, tile, 0, kMinFillPieceTiles);
 }
 
-DeviceTilePlanView device_fill_plan(const BlockMask& mask, TileShape tile, int64_t min_items, cudaStream_t stream) {
+DeviceTilePlanView device_fill_plan(const BlockMask& mask, TileShape tile, int64_t min_items,
+                                    int64_t min_piece_tiles, cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(cache_mutex());
   PerDevice& d = per_device(mask, stream);
-  if (const TilePlanEntry* e = find_tile_plan(d, tile, min_items)) return e->view;
-  if (!capturing(stream)) return make_device_tile_plan(mask, d, tile, min_items);
-  const TilePlanEntry* plain = find_tile_plan(d, tile, 0);
+  if (const TilePlanEntry* e = find_tile_plan(d, tile, min_items, min_piece_tiles)) return e->view;
+  if (!capturing(stream)) return make_device_tile_plan(mask, d, tile, min_items, min_piece_tiles);
+  const TilePlanEntry* plain = find_tile_plan(d, tile, 0, kMinFillPieceTiles);
   require(plain != nullptr, kNoPlanWhileCapturing);
   return plain->view;
 }

@@ -38,13 +38,15 @@ void adopt_device_mask(const BlockMask& mask, const BlockMaskView& blocks,
 // The tile plan of `tile` on the current device (same rules as device_mask).
 DeviceTilePlanView device_tile_plan(const BlockMask& mask, TileShape tile, cudaStream_t stream);
 
-// The tile plan of `tile` with about `min_items` items (make_tile_plan), kept
-// with the mask beside the plain one (one per value asked for). While
+// The tile plan of `tile` with about `min_items` items of at least
+// `min_piece_tiles` key tiles (make_tile_plan), kept with the mask beside the
+// plain one (one per pair of values asked for). While
 // `stream` captures a graph and this plan does not exist yet, the plain plan
 // (which must, as for device_tile_plan): the same results up to rounding (a
 // row split otherwise merges its pieces in another order), on fewer
 // multiprocessors.
-DeviceTilePlanView device_fill_plan(const BlockMask& mask, TileShape tile, int64_t min_items, cudaStream_t stream);
+DeviceTilePlanView device_fill_plan(const BlockMask& mask, TileShape tile, int64_t min_items,
+                                    int64_t min_piece_tiles, cudaStream_t stream);
 
 // The mask's dilated split for a kernel of tile `tile` (dilated_split.hpp),
 // made on first use on the host and kept with the mask (one per tile); null

@@ -38,6 +38,7 @@ struct DeviceTilePlanView {
   const int32_t* band_first = nullptr;  // num_bands + 1 entries (tile_plan.hpp); null: one band
   int64_t num_bands = 0;
   int64_t max_item_entries = 0;    // the longest item's plan entries (0: unknown, items built on the device)
+  int64_t min_item_entries = 0;    // the shortest item's plan entries (0 also where unknown)
   int64_t total_item_entries = 0;  // all items' plan entries
   const SplitRow* split_rows = nullptr;
   int64_t num_split_rows = 0;

@@ -159,9 +159,10 @@ void derive(const BlockMask& mask, TileShape tile, HostTilePlan& plan) {
 // One item per row, rows far longer than the average split into pieces of
 // about twice the average (at least kMinSplitTiles tiles), or, where the rows
 // are fewer than min_items, every row into pieces of total / min_items tiles
-// (at least kMinFillPieceTiles); ordered by length band (most work first),
-// then mask head.
-void split_and_order(const BlockMask& mask, TileShape tile, int64_t min_items, HostTilePlan& plan) {
+// (at least min_piece_tiles); ordered by length band (most work first), then
+// mask head.
+void split_and_order(const BlockMask& mask, TileShape tile, int64_t min_items, int64_t min_piece_tiles,
+                     HostTilePlan& plan) {
   const std::vector<int64_t> work = row_work(mask, tile, plan);
   const int64_t tiles_per_entry = plan.derived ? 1 : mask.block_k() / tile.cols;
   const std::vector<int64_t>& offsets = plan.derived ? plan.row_offsets : mask.row_offsets();
@@ -169,7 +170,7 @@ void split_and_order(const BlockMask& mask, TileShape tile, int64_t min_items, H
   const int64_t total = std::accumulate(work.begin(), work.end(), int64_t{0});
   const int64_t rows = static_cast<int64_t>(work.size());
   int64_t piece_tiles = std::max(kMinSplitTiles, 2 * ceil_div(total, rows));
-  if (min_items > rows) piece_tiles = std::min(piece_tiles, std::max(kMinFillPieceTiles, ceil_div(total, min_items)));
+  if (min_items > rows) piece_tiles = std::min(piece_tiles, std::max(min_piece_tiles, ceil_div(total, min_items)));
   const int64_t piece_entries = ceil_div(piece_tiles, tiles_per_entry);
   const std::vector<uint8_t>& full = plan.derived ? plan.kv_full : mask.kv_full();
   const std::vector<int32_t>& indices = plan.derived ? plan.kv_indices : mask.kv_indices();
@@ -203,6 +204,7 @@ void split_and_order(const BlockMask& mask, TileShape tile, int64_t min_items, H
                    [](const WorkItem& a, const WorkItem& b) { return a.end - a.begin > b.end - b.begin; });
   const auto length = [&](size_t n) { return plan.items[n].end - plan.items[n].begin; };
   plan.max_item_entries = plan.items.empty() ? 0 : length(0);
+  plan.min_item_entries = plan.items.empty() ? 0 : length(plan.items.size() - 1);
   for (size_t n = 0; n < plan.items.size(); ++n) {
     const int64_t band_length = plan.band_first.empty() ? 0 : length(static_cast<size_t>(plan.band_first.back()));
     if (plan.band_first.empty() || (band_length > 0 && 3 * length(n) <= 2 * band_length))
@@ -278,13 +280,13 @@ int64_t tile_plan_key_tiles(const BlockMask& mask, TileShape tile) {
   return tiles;
 }
 
-HostTilePlan make_tile_plan(const BlockMask& mask, TileShape tile, int64_t min_items) {
+HostTilePlan make_tile_plan(const BlockMask& mask, TileShape tile, int64_t min_items, int64_t min_piece_tiles) {
   check_tile_fit(mask, tile);
   HostTilePlan plan;
   plan.derived = !is_direct(mask, tile);
   plan.sub = sub_grid(mask, tile);
   if (plan.derived) derive(mask, tile, plan);
-  split_and_order(mask, tile, min_items, plan);
+  split_and_order(mask, tile, min_items, min_piece_tiles, plan);
   return plan;
 }
 

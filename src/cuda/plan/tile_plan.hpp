@@ -67,10 +67,24 @@ struct SplitRow {
 constexpr int64_t kMinSplitTiles = 32;
 
 // Rows split to reach a plan's min_items (make_tile_plan) are split only
-// into pieces of at least about this many key tiles: each piece costs a unit's
-// start and end and a partial result, which a piece this long amortises
-// while the multiprocessors it fills would otherwise idle.
+// into pieces of at least this many key tiles: each piece costs a unit's
+// start and end and a partial result of the tile's rows (written, then read
+// by the merge), which a piece this long amortises while the
+// multiprocessors it fills would otherwise idle.
 constexpr int64_t kMinFillPieceTiles = 8;
+// Where at most a quarter of a tile's rows hold queries (a decoding step: one
+// or a few query positions, their grouped heads packed), a piece's partial
+// result is a few rows, and pieces of two tiles pay: on an H100 a decoding
+// step over a 4096-key window ran 8-26% faster than with pieces of 8 tiles,
+// while a prefill of 1024 queries split so ran at half its speed
+// (docs/cuda.md, "Few query rows over a long cache").
+constexpr int64_t kMinFillPieceTilesFewRows = 2;
+
+// The least fill piece for calls whose tiles hold `query_rows` rows with
+// queries (at most the tile's rows).
+inline int64_t min_fill_piece_tiles(int64_t query_rows, TileShape tile) {
+  return 4 * query_rows <= tile.rows ? kMinFillPieceTilesFewRows : kMinFillPieceTiles;
+}
 
 struct HostTilePlan {
   // False: the kernel walks the mask's own arrays. True: the arrays below,
@@ -94,6 +108,7 @@ struct HostTilePlan {
   // shared in L2 (common/work_units.hpp).
   std::vector<int32_t> band_first;
   int64_t max_item_entries = 0;    // the longest item's entries
+  int64_t min_item_entries = 0;    // the shortest item's entries
   int64_t total_item_entries = 0;  // all items' entries
   std::vector<SplitRow> split_rows;
   int32_t num_slots = 0;
@@ -108,9 +123,10 @@ bool tile_fits(const BlockMask& mask, TileShape tile);
 
 // The plan of `tile`. `min_items`: where the rows are fewer, rows are split
 // into pieces of ceil(all rows' key tiles / min_items) tiles, at least
-// kMinFillPieceTiles, so that the plan has about min_items items where its rows
-// are long enough (0: split only rows far longer than the average).
-HostTilePlan make_tile_plan(const BlockMask& mask, TileShape tile, int64_t min_items = 0);
+// `min_piece_tiles`, so that the plan has about min_items items where its
+// rows are long enough (0: split only rows far longer than the average).
+HostTilePlan make_tile_plan(const BlockMask& mask, TileShape tile, int64_t min_items = 0,
+                            int64_t min_piece_tiles = kMinFillPieceTiles);
 
 // The key tiles the plan of `tile` visits over all its rows (its items'
 // entries times the key tiles of an entry: block_k / tile.cols where the

@@ -77,10 +77,10 @@ inline int64_t kv_bytes_read(const FwdParams& p, int64_t head_dim, int64_t eleme
 }
 
 // Whether every item of the plan has the same number of entries, within one
-// (the pieces of a plan that splits rows to fill the device): the units of a
-// launch outside varlen batches (whose sequences cut the walks short) are
-// then as long as each other, and a static stride over them keeps every CTA
-// as busy as drawing them from a counter does.
+// (the pieces of a plan that splits rows to fill the device, a dense mask's
+// rows): the units of a launch outside varlen batches (whose sequences cut
+// the walks short) are then as long as each other, and a static stride over
+// them keeps every CTA as busy as drawing them from a counter does.
 inline bool items_of_equal_length(const FwdParams& p) {
   const DeviceTilePlanView& plan = p.plan;
   return p.varlen.cu_seqlens_q == nullptr && plan.min_item_entries > 0 &&

@@ -484,7 +484,8 @@ TEST(GpuSelect, DynamicAttentionEqualsTheStaticRunOfItsMasks) {
     int device = 0, sms = 0;
     cuda_ok(cudaGetDevice(&device), "cudaGetDevice");
     cuda_ok(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "multiprocessor count");
-    const int64_t times = (4 * sms + t.Hq * ((t.Lq + 127) / 128) - 1) / (t.Hq * ((t.Lq + 127) / 128));
+    const int64_t units_per_element = t.Hq * ((t.Lq + 127) / 128);  // query heads x 128-row query tiles
+    const int64_t times = (4 * sms + units_per_element - 1) / units_per_element;
     HostTensor want(DType::F32, times, t.Hq, t.Lq, 128), want_lse(DType::F32, times, t.Hq, t.Lq, 1);
     HostTensor ref(DType::F64, 1, t.Hq, t.Lq, 128);
     DeviceTensor dwant(want), dwant_lse(want_lse);

@@ -142,7 +142,8 @@ struct RingSlot {
 // before the launch, so a CTA that finishes early takes more work (a static
 // stride over the units left up to 4% of the time idle at the end of causal
 // grids). Where every unit is as long as the others (the pieces of a plan
-// that splits rows to fill the device) the launch passes no counter and the
+// that splits rows to fill the device, a dense mask's rows; see
+// items_of_equal_length in work_units.hpp) the launch passes no counter and the
 // units go in a static stride, blockIdx.x + n gridDim.x, which needs no
 // zeroed counter before the launch. kNoItem ends both roles' loops.
 template <typename Tr>

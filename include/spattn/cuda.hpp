@@ -46,9 +46,11 @@ bool cuda_sm90_kernel_available();
 // device now (synchronously), so that later calls allocate and copy nothing
 // and can be captured in a CUDA graph. A call with too few query tiles and
 // heads to fill the device (a decoding step) also takes a plan that splits
-// its rows, which the first such call of its batch and heads makes; a graph
-// captured before that runs the plain plan (docs/cuda.md, "Few rows over
-// many keys").
+// its rows, and a call with much work per multiprocessor one that keeps long
+// rows whole; the first such call of its batch and heads makes it, and a
+// graph captured before that runs the plain plan, with the same results up
+// to rounding (docs/cuda.md, "Few rows over many keys" and "Work items and
+// order").
 void cuda_prepare_mask(const BlockMask& mask);
 
 // Builds the plan of `pattern` for `shape` on the current device: the same

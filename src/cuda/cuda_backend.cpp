@@ -118,23 +118,39 @@ bool use_sm90(const cuda_detail::FwdParams& p, const BlockMask& mask) {
                                   [&] { cuda_detail::check_tile_fit(mask, tile); });
 }
 
-// The plan a call with arguments `p` on `mask` runs on `tile`: the mask's
-// own, or, where its rows (mask heads x query tiles) times the call's copies
-// (batch x query heads per mask head) are fewer work units than the kernel
-// runs at a time on the current device (a call of few query tiles and heads,
-// as in decoding, would leave most multiprocessors idle), the plan that
-// splits its rows into two units per multiprocessor (device_fill_plan; the
-// pieces merge as split rows do). Two per multiprocessor ran fastest on both
-// kernels (H100, 1 x 128K keys, docs/cuda.md): the sm90 kernel's one CTA per
+// The plan a call with arguments `p` on `mask` runs on `tile`. Where its
+// rows (mask heads x query tiles) times the call's copies (batch x query
+// heads per mask head) are fewer work units than the kernel runs at a time
+// on the current device (a call of few query tiles and heads, as in
+// decoding, would leave most multiprocessors idle), the plan that splits its
+// rows into two units per multiprocessor (device_fill_plan; the pieces merge
+// as split rows do). Two per multiprocessor ran fastest on both kernels
+// (H100, 1 x 128K keys, docs/cuda.md): the sm90 kernel's one CTA per
 // multiprocessor takes two units in turn, and the sm80 kernel's two CTAs
-// take one each.
+// take one each. Otherwise the plan that keeps whole every row no longer
+// than the call's key tiles per running CTA (rounded down to a power of
+// two, so that calls of similar size share a plan; device_whole_row_plan):
+// started first, such a row ends no later than the others, and needs no
+// partial results and no merge, which cost BigBird's split global rows
+// about 4% (docs/cuda.md). The plain plan serves where it splits no row,
+// for varlen batches (whose sequences may be far shorter than the mask) and
+// where the share is no longer than the pieces it splits rows into anyway.
 cuda_detail::DeviceTilePlanView call_plan(const cuda_detail::FwdParams& p, const BlockMask& mask,
                                           cuda_detail::TileShape tile, bool sm90, cudaStream_t s) {
   const int64_t copies = p.batch * (p.q_heads / mask.num_heads());
   const int64_t rows = mask.num_heads() * pattern_math::ceil_div(mask.q_len(), tile.rows);
   const int64_t sms = cuda_detail::current_device_info().sms;
   const int64_t resident = sms * (sm90 ? 1 : cuda_detail::sm80_ctas_per_sm(p.head_dim));
-  if (copies == 0 || rows * copies >= resident) return cuda_detail::device_tile_plan(mask, tile, s);
+  if (copies == 0) return cuda_detail::device_tile_plan(mask, tile, s);
+  if (rows * copies >= resident) {
+    const cuda_detail::DeviceTilePlanView plain = cuda_detail::device_tile_plan(mask, tile, s);
+    if (plain.num_split_rows == 0 || p.varlen.cu_seqlens_q != nullptr) return plain;
+    const int64_t key_tiles = cuda_detail::plan_key_tiles(mask, tile);
+    int64_t whole = 1;
+    while (2 * whole <= key_tiles * copies / resident) whole *= 2;
+    if (whole <= cuda_detail::split_piece_tiles(key_tiles, rows)) return plain;
+    return cuda_detail::device_whole_row_plan(mask, tile, whole, s);
+  }
   // A tile's rows with queries (positions x packed heads): few of them make short pieces pay.
   const int64_t piece = cuda_detail::min_fill_piece_tiles(std::min(p.q_len, tile.rows), tile);
   return cuda_detail::device_fill_plan(mask, tile, pattern_math::ceil_div(2 * sms, copies), piece, s);

@@ -140,6 +140,35 @@ TEST(CudaTilePlan, SplitsRowsFarLongerThanTheAverage) {
   expect_items_cover_every_row_once(mask, plan, TileShape{128, 64});
 }
 
+// A plan asked to keep rows of up to whole_row_tiles key tiles whole (a
+// call whose work per running CTA is that long) splits only longer rows,
+// into pieces of about that many; below the plain rule's pieces it changes
+// nothing. BigBird at 32K (block 128, 128 x 128 tiles): 256 query tiles, the
+// two global rows 256 tiles long, every other row 8.
+TEST(CudaTilePlan, KeepsRowsWholeUpToTheCallsShare) {
+  const TileShape tile{128, 128};
+  const BlockMask bigbird =
+      BlockMask::build(Pattern::bigbird(32768, 128, 3, 1, 3, 0), MaskShape{32768, 32768, 128, 128, 1});
+  const HostTilePlan plain = cuda_detail::make_tile_plan(bigbird, tile);
+  ASSERT_EQ(plain.split_rows.size(), 2u);
+  const int64_t plain_piece = cuda_detail::split_piece_tiles(cuda_detail::tile_plan_key_tiles(bigbird, tile), 256);
+  EXPECT_EQ(plain_piece, cuda_detail::kMinSplitTiles);  // twice the average row is less
+  EXPECT_EQ(plain.split_rows[0].pieces, 256 / plain_piece);
+  const HostTilePlan whole = cuda_detail::make_tile_plan(bigbird, tile, 0, cuda_detail::kMinFillPieceTiles, 256);
+  EXPECT_TRUE(whole.split_rows.empty());
+  EXPECT_EQ(whole.items.size(), 256u);
+  EXPECT_EQ(whole.max_item_entries, 256);
+  expect_items_cover_every_row_once(bigbird, whole, tile);
+  const HostTilePlan halves = cuda_detail::make_tile_plan(bigbird, tile, 0, cuda_detail::kMinFillPieceTiles, 128);
+  ASSERT_EQ(halves.split_rows.size(), 2u);
+  for (const cuda_detail::SplitRow& split : halves.split_rows) EXPECT_EQ(split.pieces, 2);
+  expect_items_cover_every_row_once(bigbird, halves, tile);
+  const HostTilePlan below = cuda_detail::make_tile_plan(bigbird, tile, 0, cuda_detail::kMinFillPieceTiles, 16);
+  ASSERT_EQ(below.items.size(), plain.items.size());
+  EXPECT_EQ(below.split_rows.size(), plain.split_rows.size());
+  EXPECT_EQ(below.split_rows[0].pieces, plain.split_rows[0].pieces);
+}
+
 // A plan asked for more items than it has rows (a call of few query tiles
 // and heads) splits every row longer than total / min_items key tiles, in
 // pieces of at least the least piece asked for (kMinFillPieceTiles, or

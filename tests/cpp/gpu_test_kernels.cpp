@@ -286,6 +286,18 @@ TEST_P(GpuKernels, SplitLongRows) {
     }
 }
 
+// A call with work enough per running CTA keeps rows whole up to that share
+// (call_plan's device_whole_row_plan): BigBird over 6000 tokens in 64-token
+// blocks, batch 8 x 4 query heads (32 copies of its 47 query tiles): the
+// plain plan splits its global rows into pieces of 32 key tiles, the call's
+// plan into fewer, longer ones or none.
+TEST_P(GpuKernels, LongRowsWholeWhereTheCallHasWorkEnough) {
+  GpuProblem pr = split_rows_problem(split_row_patterns()[1], DType::BF16);
+  pr.batch = 8;
+  pr.head_dim = 128;
+  expect_matches_reference(pr, 2700);
+}
+
 // Dilated terms through the token permutation (cuda/plan/dilated_split.hpp),
 // both passes on the forced kernel, the split made for its tile: the
 // benchmark's union with a window, multi-branch and plain dilated patterns,

@@ -24,9 +24,17 @@ namespace {
 
 using pattern_math::ceil_div;
 
+// How a plan splits its rows: make_tile_plan's arguments beside the tile.
+struct PlanSplit {
+  int64_t min_items = 0, min_piece_tiles = kMinFillPieceTiles, whole_row_tiles = 0;
+  bool operator==(const PlanSplit& o) const {
+    return min_items == o.min_items && min_piece_tiles == o.min_piece_tiles && whole_row_tiles == o.whole_row_tiles;
+  }
+};
+
 struct TilePlanEntry {
   TileShape tile;
-  int64_t min_items = 0, min_piece_tiles = 0;  // make_tile_plan's
+  PlanSplit split;
   std::vector<DevicePtr> arrays;
   DeviceTilePlanView view;
 };
@@ -153,24 +161,19 @@ void adopt_device_mask(const BlockMask& mask, const BlockMaskView& blocks,
 
 namespace {
 
-// The cached plan of (tile, min_items, min_piece_tiles) on this device, or null.
-const TilePlanEntry* find_tile_plan(const PerDevice& d, TileShape tile, int64_t min_items,
-                                    int64_t min_piece_tiles) {
+// The cached plan of (tile, split) on this device, or null.
+const TilePlanEntry* find_tile_plan(const PerDevice& d, TileShape tile, const PlanSplit& split) {
   for (const auto& e : d.tile_plans)
-    if (e->tile.rows == tile.rows && e->tile.cols == tile.cols && e->min_items == min_items &&
-        e->min_piece_tiles == min_piece_tiles)
-      return e.get();
+    if (e->tile.rows == tile.rows && e->tile.cols == tile.cols && e->split == split) return e.get();
   return nullptr;
 }
 
-// Makes, uploads and caches the plan of (tile, min_items, min_piece_tiles) on this device.
-DeviceTilePlanView make_device_tile_plan(const BlockMask& mask, PerDevice& d, TileShape tile, int64_t min_items,
-                                         int64_t min_piece_tiles) {
-  const HostTilePlan host = make_tile_plan(mask, tile, min_items, min_piece_tiles);
+// Makes, uploads and caches the plan of (tile, split) on this device.
+DeviceTilePlanView make_device_tile_plan(const BlockMask& mask, PerDevice& d, TileShape tile, const PlanSplit& split) {
+  const HostTilePlan host = make_tile_plan(mask, tile, split.min_items, split.min_piece_tiles, split.whole_row_tiles);
   auto e = std::make_unique<TilePlanEntry>();
   e->tile = tile;
-  e->min_items = min_items;
-  e->min_piece_tiles = min_piece_tiles;
+  e->split = split;
   DeviceTilePlanView& view = e->view;
   view.blocks = d.mask.blocks;
   if (host.derived) {
@@ -204,25 +207,32 @@ DeviceTilePlanView make_device_tile_plan(const BlockMask& mask, PerDevice& d, Ti
   return d.tile_plans.back()->view;
 }
 
+// The plan of (tile, split), made on first use; while `stream` captures a
+// graph and it does not exist yet, the plain plan (which must).
+DeviceTilePlanView plan_or_plain(const BlockMask& mask, TileShape tile, const PlanSplit& split, cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(cache_mutex());
+  PerDevice& d = per_device(mask, stream);
+  if (const TilePlanEntry* e = find_tile_plan(d, tile, split)) return e->view;
+  if (!capturing(stream)) return make_device_tile_plan(mask, d, tile, split);
+  const TilePlanEntry* plain = find_tile_plan(d, tile, PlanSplit{});
+  require(plain != nullptr, kNoPlanWhileCapturing);
+  return plain->view;
+}
+
 }  // namespace
 
 DeviceTilePlanView device_tile_plan(const BlockMask& mask, TileShape tile, cudaStream_t stream) {
-  std::lock_guard<std::mutex> lock(cache_mutex());
-  PerDevice& d = per_device(mask, stream);
-  if (const TilePlanEntry* e = find_tile_plan(d, tile, 0, kMinFillPieceTiles)) return e->view;
-  require_not_capturing(stream);
-  return make_device_tile_plan(mask, d, tile, 0, kMinFillPieceTiles);
+  return plan_or_plain(mask, tile, PlanSplit{}, stream);
 }
 
 DeviceTilePlanView device_fill_plan(const BlockMask& mask, TileShape tile, int64_t min_items,
                                     int64_t min_piece_tiles, cudaStream_t stream) {
-  std::lock_guard<std::mutex> lock(cache_mutex());
-  PerDevice& d = per_device(mask, stream);
-  if (const TilePlanEntry* e = find_tile_plan(d, tile, min_items, min_piece_tiles)) return e->view;
-  if (!capturing(stream)) return make_device_tile_plan(mask, d, tile, min_items, min_piece_tiles);
-  const TilePlanEntry* plain = find_tile_plan(d, tile, 0, kMinFillPieceTiles);
-  require(plain != nullptr, kNoPlanWhileCapturing);
-  return plain->view;
+  return plan_or_plain(mask, tile, PlanSplit{min_items, min_piece_tiles, 0}, stream);
+}
+
+DeviceTilePlanView device_whole_row_plan(const BlockMask& mask, TileShape tile, int64_t whole_row_tiles,
+                                         cudaStream_t stream) {
+  return plan_or_plain(mask, tile, PlanSplit{0, kMinFillPieceTiles, whole_row_tiles}, stream);
 }
 
 std::shared_ptr<const DilatedSplit> dilated_split(const BlockMask& mask, TileShape tile) {

@@ -4,7 +4,8 @@
 // pattern's expressions and tables to the device; the first call for a
 // (mask, device, tile shape) also derives and copies the tile plan (and the
 // first call that needs it, a plan that splits rows further to fill the
-// device: device_fill_plan). All live
+// device, device_fill_plan, or one that keeps long rows whole,
+// device_whole_row_plan). All live
 // in the mask's device_cache() slot and are freed with the last copy of the
 // mask. Later calls only look them up: no allocation, no copy, no host
 // synchronisation, so an attention call can be captured in a CUDA graph once
@@ -47,6 +48,12 @@ DeviceTilePlanView device_tile_plan(const BlockMask& mask, TileShape tile, cudaS
 // multiprocessors.
 DeviceTilePlanView device_fill_plan(const BlockMask& mask, TileShape tile, int64_t min_items,
                                     int64_t min_piece_tiles, cudaStream_t stream);
+
+// The tile plan of `tile` whose rows of at most `whole_row_tiles` key tiles
+// stay whole (make_tile_plan), kept with the mask beside the plain one (one
+// per value asked for); while capturing, as device_fill_plan.
+DeviceTilePlanView device_whole_row_plan(const BlockMask& mask, TileShape tile, int64_t whole_row_tiles,
+                                         cudaStream_t stream);
 
 // The mask's dilated split for a kernel of tile `tile` (dilated_split.hpp),
 // made on first use on the host and kept with the mask (one per tile); null

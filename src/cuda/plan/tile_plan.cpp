@@ -157,19 +157,20 @@ void derive(const BlockMask& mask, TileShape tile, HostTilePlan& plan) {
 }
 
 // One item per row, rows far longer than the average split into pieces of
-// about twice the average (at least kMinSplitTiles tiles), or, where the rows
-// are fewer than min_items, every row into pieces of total / min_items tiles
-// (at least min_piece_tiles); ordered by length band (most work first), then
+// about twice the average (at least kMinSplitTiles tiles; split_piece_tiles)
+// or of whole_row_tiles where that is more, or, where the rows are fewer
+// than min_items, every row into pieces of total / min_items tiles (at
+// least min_piece_tiles); ordered by length band (most work first), then
 // mask head.
 void split_and_order(const BlockMask& mask, TileShape tile, int64_t min_items, int64_t min_piece_tiles,
-                     HostTilePlan& plan) {
+                     int64_t whole_row_tiles, HostTilePlan& plan) {
   const std::vector<int64_t> work = row_work(mask, tile, plan);
   const int64_t tiles_per_entry = plan.derived ? 1 : mask.block_k() / tile.cols;
   const std::vector<int64_t>& offsets = plan.derived ? plan.row_offsets : mask.row_offsets();
   const int64_t num_q_tiles = ceil_div(mask.q_len(), tile.rows);
   const int64_t total = std::accumulate(work.begin(), work.end(), int64_t{0});
   const int64_t rows = static_cast<int64_t>(work.size());
-  int64_t piece_tiles = std::max(kMinSplitTiles, 2 * ceil_div(total, rows));
+  int64_t piece_tiles = std::max(split_piece_tiles(total, rows), whole_row_tiles);
   if (min_items > rows) piece_tiles = std::min(piece_tiles, std::max(min_piece_tiles, ceil_div(total, min_items)));
   const int64_t piece_entries = ceil_div(piece_tiles, tiles_per_entry);
   const std::vector<uint8_t>& full = plan.derived ? plan.kv_full : mask.kv_full();
@@ -280,13 +281,14 @@ int64_t tile_plan_key_tiles(const BlockMask& mask, TileShape tile) {
   return tiles;
 }
 
-HostTilePlan make_tile_plan(const BlockMask& mask, TileShape tile, int64_t min_items, int64_t min_piece_tiles) {
+HostTilePlan make_tile_plan(const BlockMask& mask, TileShape tile, int64_t min_items, int64_t min_piece_tiles,
+                            int64_t whole_row_tiles) {
   check_tile_fit(mask, tile);
   HostTilePlan plan;
   plan.derived = !is_direct(mask, tile);
   plan.sub = sub_grid(mask, tile);
   if (plan.derived) derive(mask, tile, plan);
-  split_and_order(mask, tile, min_items, min_piece_tiles, plan);
+  split_and_order(mask, tile, min_items, min_piece_tiles, whole_row_tiles, plan);
   return plan;
 }
 

@@ -19,11 +19,14 @@
 // fp32) that a combine step merges; a plan asked for more items than it has
 // rows (a call whose rows times copies would leave multiprocessors idle, as
 // in decoding: few query tiles over many keys) splits its long rows further,
-// into about that many pieces. Items are ordered by work in length
+// into about that many pieces, and one asked to keep rows of up to
+// whole_row_tiles key tiles whole (a call with that much work per running
+// CTA) splits fewer. Items are ordered by work in length
 // bands, most first, so a grid launched in that order starts the longest
 // pieces first; within a band they go mask head by mask head.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -65,6 +68,13 @@ struct SplitRow {
 // Rows far longer than the average are split only into pieces of at least
 // this many key tiles.
 constexpr int64_t kMinSplitTiles = 32;
+
+// The key tiles beyond which a plan of `rows` rows visiting `total_tiles` key
+// tiles in all splits a row (into pieces of about this many): twice the
+// average row, at least kMinSplitTiles.
+inline int64_t split_piece_tiles(int64_t total_tiles, int64_t rows) {
+  return std::max(kMinSplitTiles, 2 * ((total_tiles + rows - 1) / rows));
+}
 
 // Rows split to reach a plan's min_items (make_tile_plan) are split only
 // into pieces of at least this many key tiles: each piece costs a unit's
@@ -124,9 +134,14 @@ bool tile_fits(const BlockMask& mask, TileShape tile);
 // The plan of `tile`. `min_items`: where the rows are fewer, rows are split
 // into pieces of ceil(all rows' key tiles / min_items) tiles, at least
 // `min_piece_tiles`, so that the plan has about min_items items where its
-// rows are long enough (0: split only rows far longer than the average).
+// rows are long enough (0: split only rows far longer than the average,
+// split_piece_tiles). `whole_row_tiles`: rows of at most that many key tiles
+// stay whole, and longer ones split into pieces of about that many (where
+// it exceeds split_piece_tiles; a call whose work per running CTA is that
+// long runs such a row whole, longest first, and ends it no later than the
+// rest, without partial results to write and merge).
 HostTilePlan make_tile_plan(const BlockMask& mask, TileShape tile, int64_t min_items = 0,
-                            int64_t min_piece_tiles = kMinFillPieceTiles);
+                            int64_t min_piece_tiles = kMinFillPieceTiles, int64_t whole_row_tiles = 0);
 
 // The key tiles the plan of `tile` visits over all its rows (its items'
 // entries times the key tiles of an entry: block_k / tile.cols where the

@@ -289,10 +289,11 @@ TEST_P(GpuKernels, SplitLongRows) {
 // A call with work enough per running CTA keeps rows whole up to that share
 // (call_plan's device_whole_row_plan): BigBird over 6000 tokens in 64-token
 // blocks, batch 8 x 4 query heads (32 copies of its 47 query tiles), whose
-// plain plan splits the global rows in two: on an H100 (132
-// multiprocessors) the sm90 kernel's plan (565 key tiles, a share of 137)
-// keeps them whole, the sm80 kernel's (64-key tiles, two CTAs per
-// multiprocessor, a share of 87) splits them into pieces of 64 tiles.
+// plain plans split the global rows into pieces of at most 32 key tiles: on
+// an H100 (132 multiprocessors) the sm90 kernel's plan (565 key tiles, a
+// share of 137) keeps them whole, the sm80 kernel's (724 key tiles of 64
+// keys, two CTAs per multiprocessor, a share of 87) splits their 94 tiles
+// into pieces of at most 64.
 TEST_P(GpuKernels, LongRowsWholeWhereTheCallHasWorkEnough) {
   GpuProblem pr = split_rows_problem(split_row_patterns()[1], DType::BF16);
   pr.batch = 8;

@@ -7,6 +7,7 @@
 // go through DeviceExprs; masks built on the device are adopted as they are.
 #include "cuda/plan/device_plan.hpp"
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -176,7 +177,16 @@ DeviceTilePlanView make_device_tile_plan(const BlockMask& mask, PerDevice& d, Ti
   e->split = split;
   DeviceTilePlanView& view = e->view;
   view.blocks = d.mask.blocks;
-  if (host.derived) {
+  // The derived arrays depend on the tile alone: a second plan of the tile
+  // (a fill or whole-row plan) walks the first one's, which live as long.
+  const auto same_tile = std::find_if(d.tile_plans.begin(), d.tile_plans.end(), [&](const auto& other) {
+    return other->tile.rows == tile.rows && other->tile.cols == tile.cols;
+  });
+  if (host.derived && same_tile != d.tile_plans.end()) {
+    view.blocks = (*same_tile)->view.blocks;
+    view.sub_present = (*same_tile)->view.sub_present;
+    view.sub_full = (*same_tile)->view.sub_full;
+  } else if (host.derived) {
     view.blocks.block_q = tile.rows;
     view.blocks.block_k = tile.cols;
     view.blocks.num_q_blocks = ceil_div(mask.q_len(), tile.rows);

@@ -5,7 +5,8 @@
 // (mask, device, tile shape) also derives and copies the tile plan (and the
 // first call that needs it, a plan that splits rows further to fill the
 // device, device_fill_plan, or one that keeps long rows whole,
-// device_whole_row_plan). All live
+// device_whole_row_plan; plans of one tile share the tile-granularity
+// arrays of masks whose blocks are smaller than the tile). All live
 // in the mask's device_cache() slot and are freed with the last copy of the
 // mask. Later calls only look them up: no allocation, no copy, no host
 // synchronisation, so an attention call can be captured in a CUDA graph once

@@ -69,7 +69,7 @@ MaskCache& mask_cache(const BlockMask& mask) {
 template <typename T, typename Make>
 const T& per_tile(std::vector<std::pair<TileShape, T>>& entries, TileShape tile, const Make& make) {
   for (const auto& [made_for, value] : entries)
-    if (made_for.rows == tile.rows && made_for.cols == tile.cols) return value;
+    if (made_for == tile) return value;
   entries.emplace_back(tile, make());
   return entries.back().second;
 }
@@ -165,7 +165,7 @@ namespace {
 // The cached plan of (tile, split) on this device, or null.
 const TilePlanEntry* find_tile_plan(const PerDevice& d, TileShape tile, const PlanSplit& split) {
   for (const auto& e : d.tile_plans)
-    if (e->tile.rows == tile.rows && e->tile.cols == tile.cols && e->split == split) return e.get();
+    if (e->tile == tile && e->split == split) return e.get();
   return nullptr;
 }
 
@@ -179,9 +179,8 @@ DeviceTilePlanView make_device_tile_plan(const BlockMask& mask, PerDevice& d, Ti
   view.blocks = d.mask.blocks;
   // The derived arrays depend on the tile alone: a second plan of the tile
   // (a fill or whole-row plan) walks the first one's, which live as long.
-  const auto same_tile = std::find_if(d.tile_plans.begin(), d.tile_plans.end(), [&](const auto& other) {
-    return other->tile.rows == tile.rows && other->tile.cols == tile.cols;
-  });
+  const auto same_tile = std::find_if(d.tile_plans.begin(), d.tile_plans.end(),
+                                      [&](const auto& other) { return other->tile == tile; });
   if (host.derived && same_tile != d.tile_plans.end()) {
     view.blocks = (*same_tile)->view.blocks;
     view.sub_present = (*same_tile)->view.sub_present;

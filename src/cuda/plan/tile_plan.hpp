@@ -31,12 +31,14 @@
 #include <vector>
 
 #include "spattn/block_mask.hpp"
+#include "spattn/pattern_terms.hpp"
 
 namespace spattn::cuda_detail {
 
 struct TileShape {
   int64_t rows = 128;  // query rows per kernel tile
   int64_t cols = 64;   // keys per kernel tile
+  constexpr bool operator==(const TileShape& o) const { return rows == o.rows && cols == o.cols; }
 };
 
 // Sub-blocks of one tile: each covers (1 << row_shift) rows and (1 << col_shift)
@@ -73,7 +75,7 @@ constexpr int64_t kMinSplitTiles = 32;
 // tiles in all splits a row (into pieces of about this many): twice the
 // average row, at least kMinSplitTiles.
 inline int64_t split_piece_tiles(int64_t total_tiles, int64_t rows) {
-  return std::max(kMinSplitTiles, 2 * ((total_tiles + rows - 1) / rows));
+  return std::max(kMinSplitTiles, 2 * pattern_math::ceil_div(total_tiles, rows));
 }
 
 // Rows split to reach a plan's min_items (make_tile_plan) are split only

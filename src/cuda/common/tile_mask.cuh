@@ -110,6 +110,21 @@ __device__ __forceinline__ void mask_scores(float (&s)[Tr::kMAtoms][Tr::kNAtoms]
   if (full && k0 + Tr::kBlockN > k_len) mask_key_bounds<Tr>(s, k_len - k0, lane);
 }
 
+// The first `keys` (at most 64) of the keys from k0 that the expression
+// allows in query row i at position p, tested one by one (bit k: key k0 + k):
+// the patterns without a span form (fixed, BigBird, Longformer). Out of line:
+// inlined, its copies in a unit's first tile and in the tile loop made more
+// than a quarter of the D = 128 sm90 kernel's instructions, which only the
+// partial tiles of such masks run.
+inline __device__ __noinline__ uint64_t keys_allowed_one_by_one(const PatternExpr& expr, int64_t h, int64_t i,
+                                                                int64_t p, int64_t k0, int keys) {
+  uint64_t word = 0;
+#pragma unroll 1
+  for (int k = 0; k < keys; ++k)
+    if (expr_allows(expr, h, i, p, k0 + k)) word |= uint64_t{1} << k;
+  return word;
+}
+
 // The keep bits of one row and 64-key segment of the tile, evaluated by one
 // lane (tile_keep_bits): `slot` numbers the warp's (row, segment) pairs, rows
 // first (row slot % kWarpRows of the warp, segment slot / kWarpRows). A partial tile's allowed pairs - key in bounds,
@@ -141,10 +156,7 @@ __device__ __forceinline__ uint64_t lane_keep_word(const FwdParams& p, const Pat
     const int64_t warp_pos = q0 + p.packed.mask_row(warp * Tr::kWarpRows) + shift;  // its first row's position
     if (!expr_row_word(expr, h, i, i + shift, seg_k0, word,
                        p.exclude.term_left_out(warp_pos, warp_pos + Tr::kWarpRows))) {
-      word = 0;
-#pragma unroll 1
-      for (int k = 0; k < keys; ++k)
-        if (expr_allows(expr, h, i, i + shift, seg_k0 + k)) word |= uint64_t{1} << k;
+      word = keys_allowed_one_by_one(expr, h, i, i + shift, seg_k0, keys);
     }
     const DeviceTilePlanView& plan = p.plan;
     if (plan.sub_present != nullptr) {  // a derived plan: the sub-block must be present, and full or allowed

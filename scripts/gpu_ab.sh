@@ -95,12 +95,12 @@ for r in rows:
     print(f"{r['seq']:>7} {r['heads']:>3} D{r['head_dim']:<3} Lq {r.get('q_len', r['seq']):<6} {r['case']:>10} "
           f"round {r['round']} {r['side']:>10} {r['kernel']:>5} {r['time_ms']:9.3f} ms {r['tflops']:6.1f} TFLOP/s")
 print(f"\nmedian over rounds (TFLOP/s), and each side / {sides[0]}:")
-def key_of(r):  # one timed configuration: rows of one spec with another kernel or query count differ
-    return (r["seq"], r["heads"], r["head_dim"], r["case"], r["kernel"], r.get("q_len", r["seq"]))
+def key_of(r):  # one timed configuration: rows with another kernel, query count or mask block differ
+    return (r["seq"], r["heads"], r["head_dim"], r["case"], r["kernel"], r.get("q_len", r["seq"]), r.get("block", 0))
 for key in sorted({key_of(r) for r in rows}):
     speed = {side: statistics.median(r["tflops"] for r in rows if key_of(r) == key and r["side"] == side)
              for side in sides}
     cells = "  ".join(f"{side} {speed[side]:7.1f} ({speed[side] / speed[sides[0]]:.3f})" for side in sides)
     queries = "" if key[5] == key[0] else f" Lq {key[5]}"
-    print(f"{key[0]:>7} {key[1]:>3} D{key[2]:<3} {key[3]:>10} {key[4]:>5}{queries}  {cells}")
+    print(f"{key[0]:>7} {key[1]:>3} D{key[2]:<3} {key[3]:>10} {key[4]:>5} block {key[6]:<3}{queries}  {cells}")
 PY

@@ -48,16 +48,26 @@ bool plan_allows(const BlockMask& mask, const HostTilePlan& plan, TileShape tile
     }
     return false;
   }
+  const cuda_detail::TileGrainMask& grain = *plan.derived;
   const int64_t r = g * num_q_tiles + t;
-  for (int64_t at = plan.row_offsets[r]; at < plan.row_offsets[r + 1]; ++at) {
-    if (plan.kv_indices[at] != u) continue;
-    if (plan.kv_full[at]) return true;
+  for (int64_t at = grain.row_offsets[r]; at < grain.row_offsets[r + 1]; ++at) {
+    if (grain.kv_indices[at] != u) continue;
+    if (grain.kv_full[at]) return true;
     const int64_t bit = ((i - t * tile.rows) >> plan.sub.row_shift) * plan.sub.cols +
                         ((j - u * tile.cols) >> plan.sub.col_shift);
-    if (!((plan.sub_present[at] >> bit) & 1)) return false;
-    return ((plan.sub_full[at] >> bit) & 1) || expr_allows(*expr, h, i, i + shift, j);
+    if (!((grain.sub_present[at] >> bit) & 1)) return false;
+    return ((grain.sub_full[at] >> bit) & 1) || expr_allows(*expr, h, i, i + shift, j);
   }
   return false;
+}
+
+void expect_error_mentions(const std::function<void()>& call, const std::string& needle) {
+  try {
+    call();
+    ADD_FAILURE() << "expected an error mentioning '" << needle << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
 }
 
 int64_t item_length(const HostTilePlan& plan, int32_t n) {
@@ -108,7 +118,7 @@ void expect_items_cover_every_row_once(const BlockMask& mask, const HostTilePlan
   expect_length_bands(plan, num_q_tiles);
   std::vector<std::vector<cuda_detail::WorkItem>> by_row(static_cast<size_t>(rows));
   for (const cuda_detail::WorkItem& item : plan.items) by_row.at(static_cast<size_t>(item.row)).push_back(item);
-  const std::vector<int64_t>& offsets = plan.derived ? plan.row_offsets : mask.row_offsets();
+  const std::vector<int64_t>& offsets = plan.derived ? plan.derived->row_offsets : mask.row_offsets();
   int64_t split = 0;
   for (int64_t r = 0; r < rows; ++r) {
     auto& items = by_row[static_cast<size_t>(r)];
@@ -498,7 +508,7 @@ TEST(CudaTilePlan, AgreesWithTheMaskForEveryBlockSize) {
         }
         ASSERT_TRUE(cuda_detail::tile_fits(mask, tile));
         const HostTilePlan plan = cuda_detail::make_tile_plan(mask, tile);
-        EXPECT_EQ(plan.derived, bq % tile.rows != 0 || bk % tile.cols != 0);
+        EXPECT_EQ(plan.derived != nullptr, bq % tile.rows != 0 || bk % tile.cols != 0);
         EXPECT_EQ(cuda_detail::tile_plan_key_tiles(mask, tile),
                   plan.total_item_entries * (plan.derived ? 1 : bk / tile.cols));
         int64_t mismatches = 0;
@@ -520,6 +530,31 @@ TEST(CudaTilePlan, RejectsBlocksThatDoNotFitTheTile) {
     EXPECT_NE(std::string(e.what()).find("block_q"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("96"), std::string::npos) << e.what();
   }
+}
+
+// The plans of one tile share the mask at its granularity: a fill plan over
+// the grain of the plain plan walks the same arrays and covers every row
+// once; a grain where the tile walks the mask itself, or none where it needs
+// one, is refused with the block and tile sizes.
+TEST(CudaTilePlan, PlansOfATileShareItsGrain) {
+  const TileShape tile{128, 128};
+  const BlockMask bigbird =
+      BlockMask::build(Pattern::bigbird(4096, 64, 3, 1, 3, 0), MaskShape{4096, 4096, 64, 64, 2});
+  const std::shared_ptr<const cuda_detail::TileGrainMask> grain = cuda_detail::derive_tile_grain_mask(bigbird, tile);
+  ASSERT_NE(grain, nullptr);
+  const HostTilePlan plain = cuda_detail::make_tile_plan(bigbird, tile);
+  const HostTilePlan filled =
+      cuda_detail::make_tile_plan(bigbird, tile, grain, 200, cuda_detail::kMinFillPieceTiles, 0);
+  EXPECT_EQ(filled.derived, grain);
+  EXPECT_EQ(grain->kv_indices, plain.derived->kv_indices);
+  EXPECT_EQ(grain->sub_present, plain.derived->sub_present);
+  EXPECT_EQ(grain->sub_full, plain.derived->sub_full);
+  expect_items_cover_every_row_once(bigbird, filled, tile);
+  EXPECT_EQ(cuda_detail::derive_tile_grain_mask(bigbird, TileShape{64, 64}), nullptr);
+  expect_error_mentions([&] { cuda_detail::make_tile_plan(bigbird, tile, nullptr, 0, 8, 0); },
+                        "needs the mask at tile granularity");
+  expect_error_mentions([&] { cuda_detail::make_tile_plan(bigbird, TileShape{64, 64}, grain, 0, 8, 0); },
+                        "walks the mask itself");
 }
 
 // Every pair of the mask is computed by exactly one pass of its dilated split:
@@ -870,15 +905,6 @@ struct SmallProblem {
     v.fill_random(rng);
   }
 };
-
-void expect_error_mentions(const std::function<void()>& call, const std::string& needle) {
-  try {
-    call();
-    ADD_FAILURE() << "expected an error mentioning '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
 
 TEST(CudaBackend, RejectsUnsupportedInputsNamingTheValue) {
   SPATTN_REQUIRE_GPU();

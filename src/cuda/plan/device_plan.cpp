@@ -7,7 +7,6 @@
 // go through DeviceExprs; masks built on the device are adopted as they are.
 #include "cuda/plan/device_plan.hpp"
 
-#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -40,10 +39,20 @@ struct TilePlanEntry {
   DeviceTilePlanView view;
 };
 
+// The device copy of the mask at one tile's granularity, shared by the tile's plans.
+struct TileGrainEntry {
+  TileShape tile;
+  std::vector<DevicePtr> arrays;
+  BlockMaskView blocks;
+  const uint64_t* sub_present = nullptr;
+  const uint64_t* sub_full = nullptr;
+};
+
 struct PerDevice {
   int device = -1;
   std::vector<DevicePtr> arrays;
   DeviceMaskView mask;
+  std::vector<std::unique_ptr<TileGrainEntry>> tile_grains;
   std::vector<std::unique_ptr<TilePlanEntry>> tile_plans;
   std::map<const void*, const int32_t*> tables;  // device_table(), by host address
   std::shared_ptr<const DeviceExprs> exprs;
@@ -56,6 +65,8 @@ struct MaskCache {
   std::vector<std::pair<TileShape, std::shared_ptr<const DilatedSplit>>> dilated;
   // plan_key_tiles per kernel tile.
   std::vector<std::pair<TileShape, int64_t>> key_tiles;
+  // The mask at the granularity of each kernel tile (null: walked directly).
+  std::vector<std::pair<TileShape, std::shared_ptr<const TileGrainMask>>> tile_grains;
 };
 
 MaskCache& mask_cache(const BlockMask& mask) {
@@ -169,32 +180,43 @@ const TilePlanEntry* find_tile_plan(const PerDevice& d, TileShape tile, const Pl
   return nullptr;
 }
 
+// The device copy of `grain`, the mask at the granularity of `tile`, made on first use.
+const TileGrainEntry& device_tile_grain(const BlockMask& mask, PerDevice& d, TileShape tile,
+                                        const TileGrainMask& grain) {
+  for (const auto& e : d.tile_grains)
+    if (e->tile == tile) return *e;
+  auto e = std::make_unique<TileGrainEntry>();
+  e->tile = tile;
+  e->blocks = d.mask.blocks;
+  e->blocks.block_q = tile.rows;
+  e->blocks.block_k = tile.cols;
+  e->blocks.num_q_blocks = ceil_div(mask.q_len(), tile.rows);
+  e->blocks.num_k_blocks = ceil_div(mask.k_len(), tile.cols);
+  e->blocks.row_offsets = upload(e->arrays, grain.row_offsets);
+  e->blocks.kv_indices = upload(e->arrays, grain.kv_indices);
+  e->blocks.kv_full = upload(e->arrays, grain.kv_full);
+  e->sub_present = upload(e->arrays, grain.sub_present);
+  e->sub_full = upload(e->arrays, grain.sub_full);
+  d.tile_grains.push_back(std::move(e));
+  return *d.tile_grains.back();
+}
+
 // Makes, uploads and caches the plan of (tile, split) on this device.
 DeviceTilePlanView make_device_tile_plan(const BlockMask& mask, PerDevice& d, TileShape tile, const PlanSplit& split) {
-  const HostTilePlan host = make_tile_plan(mask, tile, split.min_items, split.min_piece_tiles, split.whole_row_tiles);
+  std::shared_ptr<const TileGrainMask> grain =
+      per_tile(mask_cache(mask).tile_grains, tile, [&] { return derive_tile_grain_mask(mask, tile); });
+  const HostTilePlan host =
+      make_tile_plan(mask, tile, grain, split.min_items, split.min_piece_tiles, split.whole_row_tiles);
   auto e = std::make_unique<TilePlanEntry>();
   e->tile = tile;
   e->split = split;
   DeviceTilePlanView& view = e->view;
   view.blocks = d.mask.blocks;
-  // The derived arrays depend on the tile alone: a second plan of the tile
-  // (a fill or whole-row plan) walks the first one's, which live as long.
-  const auto same_tile = std::find_if(d.tile_plans.begin(), d.tile_plans.end(),
-                                      [&](const auto& other) { return other->tile == tile; });
-  if (host.derived && same_tile != d.tile_plans.end()) {
-    view.blocks = (*same_tile)->view.blocks;
-    view.sub_present = (*same_tile)->view.sub_present;
-    view.sub_full = (*same_tile)->view.sub_full;
-  } else if (host.derived) {
-    view.blocks.block_q = tile.rows;
-    view.blocks.block_k = tile.cols;
-    view.blocks.num_q_blocks = ceil_div(mask.q_len(), tile.rows);
-    view.blocks.num_k_blocks = ceil_div(mask.k_len(), tile.cols);
-    view.blocks.row_offsets = upload(e->arrays, host.row_offsets);
-    view.blocks.kv_indices = upload(e->arrays, host.kv_indices);
-    view.blocks.kv_full = upload(e->arrays, host.kv_full);
-    view.sub_present = upload(e->arrays, host.sub_present);
-    view.sub_full = upload(e->arrays, host.sub_full);
+  if (grain) {
+    const TileGrainEntry& on_device = device_tile_grain(mask, d, tile, *grain);
+    view.blocks = on_device.blocks;
+    view.sub_present = on_device.sub_present;
+    view.sub_full = on_device.sub_full;
   }
   view.sub = host.sub;
   view.items = upload(e->arrays, host.items);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <limits>
 #include <numeric>
+#include <utility>
 
 #include "spattn/error.hpp"
 #include "spattn/pattern_terms.hpp"
@@ -74,7 +75,8 @@ std::vector<int64_t> row_work(const BlockMask& mask, TileShape tile, const HostT
   const int64_t num_q_tiles = ceil_div(mask.q_len(), tile.rows);
   std::vector<int64_t> work(static_cast<size_t>(mask.num_heads() * num_q_tiles));
   if (plan.derived) {
-    for (size_t r = 0; r < work.size(); ++r) work[r] = plan.row_offsets[r + 1] - plan.row_offsets[r];
+    const std::vector<int64_t>& offsets = plan.derived->row_offsets;
+    for (size_t r = 0; r < work.size(); ++r) work[r] = offsets[r + 1] - offsets[r];
     return work;
   }
   const BlockMaskView view = mask.view();
@@ -87,13 +89,15 @@ std::vector<int64_t> row_work(const BlockMask& mask, TileShape tile, const HostT
   return work;
 }
 
-void derive(const BlockMask& mask, TileShape tile, HostTilePlan& plan) {
+// The mask at tile granularity (derive_tile_grain_mask) on sub-block grid `sub`.
+TileGrainMask derive(const BlockMask& mask, TileShape tile, const SubBlockGrid& sub) {
+  TileGrainMask grain;
   const BlockMaskView view = mask.view();
   const int64_t bq = mask.block_q(), bk = mask.block_k();
   const int64_t num_q_tiles = ceil_div(mask.q_len(), tile.rows);
   const int64_t num_k_tiles = ceil_div(mask.k_len(), tile.cols);
-  const int64_t sub_rows = int64_t{1} << plan.sub.row_shift;
-  const int64_t sub_cols = int64_t{1} << plan.sub.col_shift;
+  const int64_t sub_rows = int64_t{1} << sub.row_shift;
+  const int64_t sub_cols = int64_t{1} << sub.col_shift;
   std::vector<uint64_t> present(static_cast<size_t>(num_k_tiles), 0), full(present.size(), 0);
   std::vector<int32_t> touched;
   // Room for the entries up front (a bound: every mask row's key tiles in
@@ -106,22 +110,22 @@ void derive(const BlockMask& mask, TileShape tile, HostTilePlan& plan) {
       for (int64_t r = rows.first; r <= rows.last; ++r)
         bound += (view.row_end(view.row(g, r)) - view.row_begin(view.row(g, r))) * tiles_per_block;
     }
-  plan.kv_indices.reserve(static_cast<size_t>(bound));
-  plan.kv_full.reserve(static_cast<size_t>(bound));
-  plan.sub_present.reserve(static_cast<size_t>(bound));
-  plan.sub_full.reserve(static_cast<size_t>(bound));
-  plan.row_offsets.reserve(static_cast<size_t>(mask.num_heads() * num_q_tiles + 1));
-  plan.row_offsets.assign(1, 0);
+  grain.kv_indices.reserve(static_cast<size_t>(bound));
+  grain.kv_full.reserve(static_cast<size_t>(bound));
+  grain.sub_present.reserve(static_cast<size_t>(bound));
+  grain.sub_full.reserve(static_cast<size_t>(bound));
+  grain.row_offsets.reserve(static_cast<size_t>(mask.num_heads() * num_q_tiles + 1));
+  grain.row_offsets.assign(1, 0);
   for (int64_t g = 0; g < mask.num_heads(); ++g) {
     for (int64_t t = 0; t < num_q_tiles; ++t) {
       const int64_t first_row = t * tile.rows;
       const MaskRows rows = mask_rows_of(view, tile, t);
       for (int64_t r = rows.first; r <= rows.last; ++r) {
         // The tile's sub-rows inside mask row r, as bits of sub-block column 0.
-        const int64_t sr0 = (std::max(r * bq, first_row) - first_row) >> plan.sub.row_shift;
-        const int64_t sr1 = (std::min((r + 1) * bq, first_row + tile.rows) - 1 - first_row) >> plan.sub.row_shift;
+        const int64_t sr0 = (std::max(r * bq, first_row) - first_row) >> sub.row_shift;
+        const int64_t sr1 = (std::min((r + 1) * bq, first_row + tile.rows) - 1 - first_row) >> sub.row_shift;
         uint64_t rows_bits = 0;
-        for (int64_t sr = sr0; sr <= sr1; ++sr) rows_bits |= uint64_t{1} << (sr * plan.sub.cols);
+        for (int64_t sr = sr0; sr <= sr1; ++sr) rows_bits |= uint64_t{1} << (sr * sub.cols);
         const int64_t row = view.row(g, r);
         const auto row_first = static_cast<std::ptrdiff_t>(touched.size());
         for (int64_t at = view.row_begin(row); at < view.row_end(row); ++at) {
@@ -142,18 +146,19 @@ void derive(const BlockMask& mask, TileShape tile, HostTilePlan& plan) {
         // Sub-blocks that hold at least one real (row, key) pair.
         uint64_t needed = 0;
         for (int64_t sr = 0; sr * sub_rows < tile.rows && first_row + sr * sub_rows < mask.q_len(); ++sr)
-          for (int64_t sc = 0; sc < plan.sub.cols && u * tile.cols + sc * sub_cols < mask.k_len(); ++sc)
-            needed |= uint64_t{1} << (sr * plan.sub.cols + sc);
-        plan.kv_indices.push_back(u);
-        plan.kv_full.push_back((full[u] & needed) == needed ? 1 : 0);
-        plan.sub_present.push_back(present[u]);
-        plan.sub_full.push_back(full[u]);
+          for (int64_t sc = 0; sc < sub.cols && u * tile.cols + sc * sub_cols < mask.k_len(); ++sc)
+            needed |= uint64_t{1} << (sr * sub.cols + sc);
+        grain.kv_indices.push_back(u);
+        grain.kv_full.push_back((full[u] & needed) == needed ? 1 : 0);
+        grain.sub_present.push_back(present[u]);
+        grain.sub_full.push_back(full[u]);
         present[u] = full[u] = 0;
       }
       touched.clear();
-      plan.row_offsets.push_back(static_cast<int64_t>(plan.kv_indices.size()));
+      grain.row_offsets.push_back(static_cast<int64_t>(grain.kv_indices.size()));
     }
   }
+  return grain;
 }
 
 // One item per row, rows far longer than the average split into pieces of
@@ -166,15 +171,15 @@ void split_and_order(const BlockMask& mask, TileShape tile, int64_t min_items, i
                      int64_t whole_row_tiles, HostTilePlan& plan) {
   const std::vector<int64_t> work = row_work(mask, tile, plan);
   const int64_t tiles_per_entry = plan.derived ? 1 : mask.block_k() / tile.cols;
-  const std::vector<int64_t>& offsets = plan.derived ? plan.row_offsets : mask.row_offsets();
+  const std::vector<int64_t>& offsets = plan.derived ? plan.derived->row_offsets : mask.row_offsets();
   const int64_t num_q_tiles = ceil_div(mask.q_len(), tile.rows);
   const int64_t total = std::accumulate(work.begin(), work.end(), int64_t{0});
   const int64_t rows = static_cast<int64_t>(work.size());
   int64_t piece_tiles = std::max(split_piece_tiles(total, rows), whole_row_tiles);
   if (min_items > rows) piece_tiles = std::min(piece_tiles, std::max(min_piece_tiles, ceil_div(total, min_items)));
   const int64_t piece_entries = ceil_div(piece_tiles, tiles_per_entry);
-  const std::vector<uint8_t>& full = plan.derived ? plan.kv_full : mask.kv_full();
-  const std::vector<int32_t>& indices = plan.derived ? plan.kv_indices : mask.kv_indices();
+  const std::vector<uint8_t>& full = plan.derived ? plan.derived->kv_full : mask.kv_full();
+  const std::vector<int32_t>& indices = plan.derived ? plan.derived->kv_indices : mask.kv_indices();
   const int64_t num_k_tiles = ceil_div(mask.k_len(), tile.cols);
   const auto all_full = [&](int64_t begin, int64_t end) {
     int64_t tiles = 0;
@@ -281,15 +286,28 @@ int64_t tile_plan_key_tiles(const BlockMask& mask, TileShape tile) {
   return tiles;
 }
 
-HostTilePlan make_tile_plan(const BlockMask& mask, TileShape tile, int64_t min_items, int64_t min_piece_tiles,
-                            int64_t whole_row_tiles) {
+std::shared_ptr<const TileGrainMask> derive_tile_grain_mask(const BlockMask& mask, TileShape tile) {
   check_tile_fit(mask, tile);
+  if (is_direct(mask, tile)) return nullptr;
+  return std::make_shared<const TileGrainMask>(derive(mask, tile, sub_grid(mask, tile)));
+}
+
+HostTilePlan make_tile_plan(const BlockMask& mask, TileShape tile, std::shared_ptr<const TileGrainMask> derived,
+                            int64_t min_items, int64_t min_piece_tiles, int64_t whole_row_tiles) {
+  check_tile_fit(mask, tile);
+  require((derived != nullptr) == !is_direct(mask, tile), "CUDA backend: the tile plan of a ", mask.block_q(),
+          " x ", mask.block_k(), " block mask for a ", tile.rows, " x ", tile.cols, " tile ",
+          derived ? "walks the mask itself" : "needs the mask at tile granularity");
   HostTilePlan plan;
-  plan.derived = !is_direct(mask, tile);
+  plan.derived = std::move(derived);
   plan.sub = sub_grid(mask, tile);
-  if (plan.derived) derive(mask, tile, plan);
   split_and_order(mask, tile, min_items, min_piece_tiles, whole_row_tiles, plan);
   return plan;
+}
+
+HostTilePlan make_tile_plan(const BlockMask& mask, TileShape tile, int64_t min_items, int64_t min_piece_tiles,
+                            int64_t whole_row_tiles) {
+  return make_tile_plan(mask, tile, derive_tile_grain_mask(mask, tile), min_items, min_piece_tiles, whole_row_tiles);
 }
 
 }  // namespace spattn::cuda_detail

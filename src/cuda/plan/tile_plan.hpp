@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "spattn/block_mask.hpp"
@@ -98,15 +99,22 @@ inline int64_t min_fill_piece_tiles(int64_t query_rows, TileShape tile) {
   return 4 * query_rows <= tile.rows ? kMinFillPieceTilesFewRows : kMinFillPieceTiles;
 }
 
-struct HostTilePlan {
-  // False: the kernel walks the mask's own arrays. True: the arrays below,
-  // with block sizes (tile.rows, tile.cols).
-  bool derived = false;
+// A mask re-expressed at tile granularity (blocks of tile.rows x tile.cols),
+// for a tile the mask's blocks are not multiples of: the tile's kept tiles
+// per (mask head, query tile) row, each with its sub-block bit sets. It
+// depends on the mask and the tile alone, so every plan of the tile shares it.
+struct TileGrainMask {
   std::vector<int64_t> row_offsets;
   std::vector<int32_t> kv_indices;
   std::vector<uint8_t> kv_full;
-  std::vector<uint64_t> sub_present;  // per entry, derived plans only
+  std::vector<uint64_t> sub_present;  // per entry
   std::vector<uint64_t> sub_full;
+};
+
+struct HostTilePlan {
+  // Null: the kernel walks the mask's own arrays; else these, with block
+  // sizes (tile.rows, tile.cols).
+  std::shared_ptr<const TileGrainMask> derived;
   SubBlockGrid sub;
   std::vector<WorkItem> items;  // by length band, then mask head, then most key tiles first
   // Length bands of `items`: band k is items [band_first[k], band_first[k + 1]),
@@ -133,15 +141,25 @@ void check_tile_fit(const BlockMask& mask, TileShape tile);
 // Whether check_tile_fit would accept the mask for `tile`.
 bool tile_fits(const BlockMask& mask, TileShape tile);
 
-// The plan of `tile`. `min_items`: where the rows are fewer, rows are split
-// into pieces of ceil(all rows' key tiles / min_items) tiles, at least
-// `min_piece_tiles`, so that the plan has about min_items items where its
-// rows are long enough (0: split only rows far longer than the average,
-// split_piece_tiles). `whole_row_tiles`: rows of at most that many key tiles
-// stay whole, and longer ones split into pieces of about that many (where
-// it exceeds split_piece_tiles; a call whose work per running CTA is that
-// long runs such a row whole, longest first, and ends it no later than the
-// rest, without partial results to write and merge).
+// The mask at the granularity of `tile`, or null where the tile walks the
+// mask itself (its blocks are multiples of the tile). The mask must fit the
+// tile.
+std::shared_ptr<const TileGrainMask> derive_tile_grain_mask(const BlockMask& mask, TileShape tile);
+
+// The plan of `tile` over `derived` (derive_tile_grain_mask of the mask and
+// tile). `min_items`: where the rows are fewer, rows are split into pieces of
+// ceil(all rows' key tiles / min_items) tiles, at least `min_piece_tiles`, so
+// that the plan has about min_items items where its rows are long enough (0:
+// split only rows far longer than the average, split_piece_tiles).
+// `whole_row_tiles`: rows of at most that many key tiles stay whole, and
+// longer ones split into pieces of about that many (where it exceeds
+// split_piece_tiles; a call whose work per running CTA is that long runs such
+// a row whole, longest first, and ends it no later than the rest, without
+// partial results to write and merge).
+HostTilePlan make_tile_plan(const BlockMask& mask, TileShape tile, std::shared_ptr<const TileGrainMask> derived,
+                            int64_t min_items, int64_t min_piece_tiles, int64_t whole_row_tiles);
+
+// The same, deriving the tile-grain mask first.
 HostTilePlan make_tile_plan(const BlockMask& mask, TileShape tile, int64_t min_items = 0,
                             int64_t min_piece_tiles = kMinFillPieceTiles, int64_t whole_row_tiles = 0);
 

@@ -110,29 +110,31 @@ __device__ __forceinline__ void mask_scores(float (&s)[Tr::kMAtoms][Tr::kNAtoms]
   if (full && k0 + Tr::kBlockN > k_len) mask_key_bounds<Tr>(s, k_len - k0, lane);
 }
 
-// The first `keys` (at most 64) of the keys from k0 that the expression
-// allows in query row i at position p, tested one by one (bit k: key k0 + k):
-// the patterns without a span form (fixed, BigBird, Longformer). Out of line:
-// inlined, its copies in a unit's first tile and in the tile loop made more
-// than a quarter of the D = 128 sm90 kernel's instructions, which only the
-// partial tiles of such masks run.
+// The keys among `candidates` (bit k: key k0 + k) that the expression allows
+// in query row i at position p, tested one by one: the patterns without a span
+// form (fixed, BigBird, Longformer). Out of line: inlined, its copies in a
+// unit's first tile and in the tile loop made more than a quarter of the
+// D = 128 sm90 kernel's instructions, which only the partial tiles of such
+// masks run.
 inline __device__ __noinline__ uint64_t keys_allowed_one_by_one(const PatternExpr& expr, int64_t h, int64_t i,
-                                                                int64_t p, int64_t k0, int keys) {
+                                                                int64_t p, int64_t k0, uint64_t candidates) {
   uint64_t word = 0;
+  const int end = 64 - __clzll(static_cast<long long>(candidates));
 #pragma unroll 1
-  for (int k = 0; k < keys; ++k)
-    if (expr_allows(expr, h, i, p, k0 + k)) word |= uint64_t{1} << k;
+  for (int k = 0; k < end; ++k)
+    if (((candidates >> k) & 1) != 0 && expr_allows(expr, h, i, p, k0 + k)) word |= uint64_t{1} << k;
   return word;
 }
 
 // The keep bits of one row and 64-key segment of the tile, evaluated by one
 // lane (tile_keep_bits): `slot` numbers the warp's (row, segment) pairs, rows
-// first (row slot % kWarpRows of the warp, segment slot / kWarpRows). A partial tile's allowed pairs - key in bounds,
-// the sub-block kept (derived plans), and either the sub-block full or the
-// pattern predicate true, through its span form (row_key_bits.hpp) where the
-// pattern has one, else key by key - less the pairs a dilated split leaves to
-// its other pass when `excluding`. All keys of a full tile (its key bounds
-// are masked apart, mask_key_bounds); none for a row outside the sequence.
+// first (row slot % kWarpRows of the warp, segment slot / kWarpRows). A partial
+// tile's allowed pairs - key in bounds, the sub-block kept (derived plans), and
+// either the sub-block full or the pattern predicate true, through its span
+// form (row_key_bits.hpp) where the pattern has one, else key by key, for the
+// keys of partial sub-blocks only - less the pairs a dilated split leaves to
+// its other pass when `excluding`. All keys of a full tile (its key bounds are
+// masked apart, mask_key_bounds); none for a row outside the sequence.
 template <typename Tr>
 __device__ __forceinline__ uint64_t lane_keep_word(const FwdParams& p, const PatternExpr& expr, const TileWalk& walk,
                                                    bool full, bool excluding, const SequenceSpan& seq, int64_t h,
@@ -153,13 +155,14 @@ __device__ __forceinline__ uint64_t lane_keep_word(const FwdParams& p, const Pat
   if (!full) {
     const int64_t keys_left = seq.k_len - seg_k0;
     const int keys = keys_left >= 64 ? 64 : keys_left <= 0 ? 0 : static_cast<int>(keys_left);
-    const int64_t warp_pos = q0 + p.packed.mask_row(warp * Tr::kWarpRows) + shift;  // its first row's position
-    if (!expr_row_word(expr, h, i, i + shift, seg_k0, word,
-                       p.exclude.term_left_out(warp_pos, warp_pos + Tr::kWarpRows))) {
-      word = keys_allowed_one_by_one(expr, h, i, i + shift, seg_k0, keys);
-    }
+    // The keys the predicate decides: all in bounds of a walked mask; only
+    // the present keys of partial sub-blocks of a derived plan, whose full
+    // ones are kept as they are (none is left to test for BigBird at mask
+    // block 64, all of whose kept sub-blocks are full).
+    uint64_t to_test = bit_run(0, keys - 1);
+    word = 0;
     const DeviceTilePlanView& plan = p.plan;
-    if (plan.sub_present != nullptr) {  // a derived plan: the sub-block must be present, and full or allowed
+    if (plan.sub_present != nullptr) {
       const int first = (row >> plan.sub.row_shift) * plan.sub.cols, shift_k = plan.sub.col_shift;
       const uint64_t present = plan.sub_present[walk.at] >> first, sub_full = plan.sub_full[walk.at] >> first;
       uint64_t present_keys = 0, full_keys = 0;
@@ -170,9 +173,17 @@ __device__ __forceinline__ uint64_t lane_keep_word(const FwdParams& p, const Pat
         if ((present >> c) & 1) present_keys |= run;
         if ((sub_full >> c) & 1) full_keys |= run;
       }
-      word = present_keys & (full_keys | word);
+      word = to_test & present_keys & full_keys;
+      to_test &= present_keys & ~full_keys;
     }
-    word &= bit_run(0, keys - 1);
+    if (to_test != 0) {
+      const int64_t warp_pos = q0 + p.packed.mask_row(warp * Tr::kWarpRows) + shift;  // its first row's position
+      uint64_t allowed;
+      if (!expr_row_word(expr, h, i, i + shift, seg_k0, allowed,
+                         p.exclude.term_left_out(warp_pos, warp_pos + Tr::kWarpRows)))
+        allowed = keys_allowed_one_by_one(expr, h, i, i + shift, seg_k0, to_test);
+      word |= allowed & to_test;
+    }
   }
   if (excluding) {
     KeySpan excluded;

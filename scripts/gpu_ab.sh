@@ -92,7 +92,7 @@ import json, statistics, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
 sides = sys.argv[2:]
 for r in rows:
-    print(f"{r['seq']:>7} {r['heads']:>3} D{r['head_dim']:<3} Lq {r.get('q_len', r['seq']):<6} {r['case']:>10} "
+    print(f"{r['seq']:>7} {r['heads']:>3} D{r['head_dim']:<3} Lq {r.get('q_len', r['seq']):<6} block {r.get('block', 0):<3} {r['case']:>10} "
           f"round {r['round']} {r['side']:>10} {r['kernel']:>5} {r['time_ms']:9.3f} ms {r['tflops']:6.1f} TFLOP/s")
 print(f"\nmedian over rounds (TFLOP/s), and each side / {sides[0]}:")
 def key_of(r):  # one timed configuration: rows with another kernel, query count or mask block differ

@@ -108,9 +108,11 @@ inline GpuProblem rows_without_keys_problem() {
   return pr;
 }
 
-// Two problems of 700 tokens planned with bq x bk mask blocks: a sliding
-// window, and a block-level pattern on its own grid (48 x 80 tokens, drawn
-// from rng) planned with other block sizes.
+// Three problems of 700 tokens planned with bq x bk mask blocks: a sliding
+// window, a block-level pattern on its own grid (48 x 80 tokens, drawn from
+// rng) planned with other block sizes, and a fixed pattern (no span form: its
+// partial tiles test keys one by one, those of partial sub-blocks only, which
+// small blocks leave scattered over a row's 64 keys).
 inline std::vector<GpuProblem> mask_block_problems(int64_t bq, int64_t bk, std::mt19937_64& rng) {
   const int64_t L = 700;
   GpuProblem pr;
@@ -120,6 +122,8 @@ inline std::vector<GpuProblem> mask_block_problems(int64_t bq, int64_t bk, std::
   pr.pattern = Pattern::sliding_window(150, 40);
   std::vector<GpuProblem> problems{pr};
   pr.pattern = custom_case(rng, L, L, 1, 48, 80, 0.3, true, false).pattern;
+  problems.push_back(pr);
+  pr.pattern = Pattern::fixed(100, 8);
   problems.push_back(pr);
   return problems;
 }

@@ -65,7 +65,9 @@ struct MaskCache {
   std::vector<std::pair<TileShape, std::shared_ptr<const DilatedSplit>>> dilated;
   // plan_key_tiles per kernel tile.
   std::vector<std::pair<TileShape, int64_t>> key_tiles;
-  // The mask at the granularity of each kernel tile (null: walked directly).
+  // The mask at the granularity of each kernel tile (null: walked directly),
+  // kept on the host for the mask's lifetime: the fill and whole-row plans a
+  // later call asks for are made from it.
   std::vector<std::pair<TileShape, std::shared_ptr<const TileGrainMask>>> tile_grains;
 };
 

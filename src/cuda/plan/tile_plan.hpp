@@ -112,8 +112,8 @@ struct TileGrainMask {
 };
 
 struct HostTilePlan {
-  // Null: the kernel walks the mask's own arrays; else these, with block
-  // sizes (tile.rows, tile.cols).
+  // Null: the kernel walks the mask's own arrays; else the arrays of
+  // *derived, with block sizes (tile.rows, tile.cols).
   std::shared_ptr<const TileGrainMask> derived;
   SubBlockGrid sub;
   std::vector<WorkItem> items;  // by length band, then mask head, then most key tiles first
@@ -146,8 +146,8 @@ bool tile_fits(const BlockMask& mask, TileShape tile);
 // tile.
 std::shared_ptr<const TileGrainMask> derive_tile_grain_mask(const BlockMask& mask, TileShape tile);
 
-// The plan of `tile` over `derived` (derive_tile_grain_mask of the mask and
-// tile). `min_items`: where the rows are fewer, rows are split into pieces of
+// The plan of `tile` over `derived`, which must be derive_tile_grain_mask of
+// this mask and tile (only its being null or not is checked). `min_items`: where the rows are fewer, rows are split into pieces of
 // ceil(all rows' key tiles / min_items) tiles, at least `min_piece_tiles`, so
 // that the plan has about min_items items where its rows are long enough (0:
 // split only rows far longer than the average, split_piece_tiles).

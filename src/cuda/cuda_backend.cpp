@@ -113,9 +113,8 @@ cuda_detail::FwdParams packed_view(cuda_detail::FwdParams p, int64_t pack) {
 
 // Whether the Hopper kernel runs this call (choose_sm90 with the mask's fit).
 bool use_sm90(const cuda_detail::FwdParams& p, const BlockMask& mask) {
-  const cuda_detail::TileShape tile = cuda_detail::sm90_tile(p.head_dim);
-  return cuda_detail::choose_sm90("CUDA backend", p.head_dim, cuda_detail::tile_fits(mask, tile),
-                                  [&] { cuda_detail::check_tile_fit(mask, tile); });
+  return cuda_detail::choose_sm90("CUDA backend", p.head_dim, cuda_detail::sm90_tile_fits(p.head_dim, mask),
+                                  [&] { cuda_detail::check_tile_fit(mask, cuda_detail::sm90_tile(p.head_dim)); });
 }
 
 // The plan a call with arguments `p` on `mask` runs on `tile`. Where its

@@ -102,10 +102,24 @@ double plan_pairs(const BlockMask& mask, TileShape tile) {
 // and still run faster (its kernel is 7-10% faster on equal work at D = 64).
 constexpr double kTallTileWorkSlack = 1.05;
 
-// force_sm90_tall_tile's setting: -1 none, 0 never, 1 wherever it fits.
+// The narrow tile's plan must compute at most this share of the wide tile's
+// pairs to run faster: its kernel runs dense at D = 128 about 20% slower per
+// pair.
+constexpr double kNarrowTileWorkShare = 0.8;
+
+// A forced tile choice (force_sm90_tall_tile, force_sm90_narrow_tile): -1
+// none, 0 never, 1 wherever it fits.
 std::atomic<int>& forced_tall_tile() {
   static std::atomic<int> forced{-1};
   return forced;
+}
+std::atomic<int>& forced_narrow_tile() {
+  static std::atomic<int> forced{-1};
+  return forced;
+}
+std::optional<bool> exchange_forced(std::atomic<int>& forced, std::optional<bool> value) {
+  const int before = forced.exchange(value ? static_cast<int>(*value) : -1);
+  return before < 0 ? std::nullopt : std::optional<bool>(before == 1);
 }
 
 }  // namespace
@@ -119,13 +133,32 @@ bool sm90_tall_tile(const BlockMask& mask, bool dilated_splits) {
   return plan_pairs(mask, kSm90TallTile) <= kTallTileWorkSlack * plan_pairs(mask, kSm90WideTile);
 }
 
+bool sm90_narrow_tile(const BlockMask& mask, bool dilated_splits) {
+  if (!tile_fits(mask, kSm90NarrowTile)) return false;
+  if (!tile_fits(mask, kSm90WideTile)) return true;
+  const int forced = forced_narrow_tile().load();
+  if (forced == 0 || (dilated_splits && dilated_split(mask, kSm90WideTile))) return false;
+  if (forced == 1) return true;
+  return plan_pairs(mask, kSm90NarrowTile) <= kNarrowTileWorkShare * plan_pairs(mask, kSm90WideTile);
+}
+
+bool sm90_tile_fits(int64_t head_dim, const BlockMask& mask) {
+  return tile_fits(mask, sm90_tile(head_dim)) ||
+         (sm90_narrow_option_head_dim(head_dim) && tile_fits(mask, kSm90NarrowTile));
+}
+
 std::optional<bool> force_sm90_tall_tile(std::optional<bool> tall) {
-  const int before = forced_tall_tile().exchange(tall ? static_cast<int>(*tall) : -1);
-  return before < 0 ? std::nullopt : std::optional<bool>(before == 1);
+  return exchange_forced(forced_tall_tile(), tall);
+}
+
+std::optional<bool> force_sm90_narrow_tile(std::optional<bool> narrow) {
+  return exchange_forced(forced_narrow_tile(), narrow);
 }
 
 TileShape call_tile(bool sm90, int64_t head_dim, const BlockMask& mask, bool dilated_splits) {
   if (sm90 && sm90_tall_head_dim(head_dim) && sm90_tall_tile(mask, dilated_splits)) return kSm90TallTile;
+  if (sm90 && sm90_narrow_option_head_dim(head_dim) && sm90_narrow_tile(mask, dilated_splits))
+    return kSm90NarrowTile;
   const bool wide = !sm90 && sm80_wide_head_dim(head_dim) && sm80_wide_tile(mask, dilated_splits);
   return kernel_tile(sm90, head_dim, wide);
 }

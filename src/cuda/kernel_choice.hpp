@@ -41,9 +41,21 @@ bool sm80_wide_tile(const BlockMask& mask, bool dilated_splits);
 // per mask, plan_key_tiles), unless force_sm90_tall_tile says otherwise.
 bool sm90_tall_tile(const BlockMask& mask, bool dilated_splits);
 
+// Whether the sm90 kernel runs a call on `mask` at a head dim of
+// sm90_narrow_option_head_dim on its narrow tile (fwd_sm90.hpp): the blocks
+// fit it and not the wide tile; or they fit both, where the call makes
+// dilated splits (`dilated_splits`) the mask has none on the wide tile, and
+// the narrow tile's plan computes at most 80% of the wide tile's pairs
+// (plan_key_tiles), unless force_sm90_narrow_tile says otherwise.
+bool sm90_narrow_tile(const BlockMask& mask, bool dilated_splits);
+
+// Whether the mask's blocks fit a tile the sm90 kernel runs at `head_dim`
+// (its own, sm90_tile, or the narrow one where the head dim has it).
+bool sm90_tile_fits(int64_t head_dim, const BlockMask& mask);
+
 // The tile an attention call on `mask` runs (its plan is made for it): the
-// sm90 kernel's tall tile where sm90_tall_tile, else kernel_tile with
-// sm80_wide_tile.
+// sm90 kernel's tall tile where sm90_tall_tile, its narrow tile where
+// sm90_narrow_tile, else kernel_tile with sm80_wide_tile.
 TileShape call_tile(bool sm90, int64_t head_dim, const BlockMask& mask, bool dilated_splits);
 
 // The query heads per kv head a call on `mask` (validated against its
@@ -64,5 +76,10 @@ int64_t packed_query_heads(int64_t q_len, int64_t q_heads, int64_t kv_heads, con
 // false never, nullopt compares the plans again. Returns the setting before.
 // Process-wide; for tests that run every path on each kernel.
 std::optional<bool> force_sm90_tall_tile(std::optional<bool> tall);
+
+// The same for the sm90 narrow-tile choice of call_tile (true: wherever the
+// blocks fit both tiles and the call makes no dilated split of the mask on
+// the wide one; masks that fit only the narrow tile take it either way).
+std::optional<bool> force_sm90_narrow_tile(std::optional<bool> narrow);
 
 }  // namespace spattn::cuda_detail

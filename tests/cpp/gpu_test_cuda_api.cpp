@@ -1043,6 +1043,41 @@ TEST(CudaTilePlan, TallTileWhereItCostsNoMoreWork) {
   EXPECT_EQ(tile_of(Pattern::dense(), 4096, 128, 64, true), "128x128");
 }
 
+// The sm90 kernel's narrow tile (128 x 64) runs a call at head dim 128 where
+// its plan computes at most 80% of the wide tile's pairs: BigBird on 64 x 64
+// blocks (its random blocks fill few 128-key tiles), not dense or causal
+// masks, BigBird on 128 x 128 blocks, nor a call that makes a dilated split
+// on the wide tile; and wherever the blocks fit no 128-key tile (192 keys),
+// whatever is forced. Never at D = 64; always at D = 256 (its own tile).
+// Host-only: the choice needs no device.
+TEST(CudaTilePlan, NarrowTileWhereItSavesWork) {
+  const auto tile_of = [](const Pattern& pattern, int64_t len, int64_t block_q, int64_t block_k, int64_t head_dim,
+                          bool splits) {
+    const BlockMask mask = BlockMask::build(pattern, MaskShape{len, len, block_q, block_k, 1});
+    const TileShape t = cuda_detail::call_tile(true, head_dim, mask, splits);
+    return std::to_string(t.rows) + "x" + std::to_string(t.cols);
+  };
+  const Pattern bigbird64 = Pattern::bigbird(16384, 64, 3, 1, 3, 0);
+  EXPECT_EQ(tile_of(bigbird64, 16384, 64, 64, 128, true), "128x64");
+  EXPECT_EQ(tile_of(bigbird64, 16384, 64, 64, 64, true), "128x128");
+  EXPECT_EQ(tile_of(bigbird64, 16384, 64, 64, 256, true), "128x64");
+  EXPECT_EQ(tile_of(Pattern::bigbird(16384, 128, 3, 1, 3, 0), 16384, 128, 128, 128, true), "128x128");
+  EXPECT_EQ(tile_of(Pattern::dense(), 4096, 64, 64, 128, true), "128x128");
+  EXPECT_EQ(tile_of(Pattern::causal(), 16384, 64, 64, 128, true), "128x128");
+  EXPECT_EQ(tile_of(Pattern::causal(), 4096, 128, 192, 128, true), "128x64");
+  const Pattern dilated = Pattern::unite(Pattern::dilated({2048}, {4}, true), Pattern::sliding_window(512));
+  EXPECT_EQ(tile_of(dilated, 16384, 128, 128, 128, true), "128x128");
+  {
+    const ForcedSm90Tile always(cuda_detail::force_sm90_narrow_tile, true);
+    EXPECT_EQ(tile_of(Pattern::dense(), 4096, 128, 128, 128, true), "128x64");
+    EXPECT_EQ(tile_of(dilated, 16384, 128, 128, 128, true), "128x128");
+    EXPECT_EQ(tile_of(dilated, 16384, 128, 128, 128, false), "128x64");
+  }
+  const ForcedSm90Tile never(cuda_detail::force_sm90_narrow_tile, false);
+  EXPECT_EQ(tile_of(bigbird64, 16384, 64, 64, 128, true), "128x128");
+  EXPECT_EQ(tile_of(Pattern::causal(), 4096, 128, 192, 128, true), "128x64");
+}
+
 TEST(CudaBackend, AttentionDispatchesDevicePointersToCuda) {
   SPATTN_REQUIRE_GPU();
   EXPECT_TRUE(backend_available(Backend::Cuda));

@@ -374,75 +374,87 @@ TEST_P(GpuKernels, EveryUnitOrder) {
 INSTANTIATE_TEST_SUITE_P(Forced, GpuKernels, ::testing::Values(CudaKernel::Sm80, CudaKernel::Sm90),
                          forced_kernel_name);
 
-// The Hopper kernel's tall tile (three consumer warpgroups, 192 x 128 at head
-// dim 64), forced wherever the mask's blocks fit it: on its own, call_tile
-// takes it only where its plan costs no more work than the 128-row tile's,
-// which leaves most small problems on the latter. Every pattern and both
-// dtypes on 64- and 128-row mask blocks (the latter overlap its rows without
-// nesting), odd and unequal lengths, GQA with batches and both layouts, mask
-// blocks 16..256 (16 x 16 stays on the 128-row tile), rows with no allowed
-// key, split rows, scores rising along the row, each order of the work units.
-class GpuSm90TallTile : public ::testing::Test {
+// The Hopper kernel's optional tiles, each forced wherever the mask's blocks
+// fit it: the tall tile (three consumer warpgroups, 192 x 128) at head dim
+// 64 and the narrow tile (128 x 64) at head dim 128. On its own, call_tile
+// takes them only where their plans compute few enough pairs, which leaves
+// most small problems on the 128 x 128 tile. Every pattern and both dtypes
+// on 64- and 128-row mask blocks (the tall tile's rows overlap the latter
+// without nesting), odd and unequal lengths, GQA with batches and both
+// layouts, mask blocks 16..256 (16 x 16 stays on the 128-row tile where the
+// tall tile would hold 96 sub-blocks), rows with no allowed key, split rows,
+// scores rising along the row, each order of the work units.
+struct Sm90TileOption {
+  const char* name;
+  int64_t head_dim;
+  cuda_detail::TileShape tile;
+  ForcedSm90Tile::Force force;
+};
+
+class GpuSm90TileOption : public ::testing::TestWithParam<Sm90TileOption> {
  protected:
   void SetUp() override {
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-    if (!cuda_sm90_kernel_available() || !cuda_detail::fwd_sm90_supports_head_dim(64))
-      GTEST_SKIP() << "no sm90 kernel for head dim 64 on this device and build";
+    if (!cuda_sm90_kernel_available() || !cuda_detail::fwd_sm90_supports_head_dim(GetParam().head_dim))
+      GTEST_SKIP() << "no sm90 kernel for head dim " << GetParam().head_dim << " on this device and build";
     kernel_ = std::make_unique<ForcedKernel>(CudaKernel::Sm90);
-    tall_ = std::make_unique<ForcedTallTile>(true);
+    tile_ = std::make_unique<ForcedSm90Tile>(GetParam().force, true);
   }
   void TearDown() override {
-    tall_.reset();
+    tile_.reset();
     kernel_.reset();
   }
 
-  // Runs `pr` after checking that it takes the tall tile (all but 16 x 16
-  // blocks, which split the tile into more than 64 sub-blocks).
-  static void expect_tall_matches_reference(const GpuProblem& pr, uint64_t seed) {
+  // Runs `pr` at the option's head dim after checking that it takes the
+  // option's tile (all but 16 x 16 blocks on the tall tile, which split it
+  // into more than 64 sub-blocks).
+  static void expect_option_matches_reference(GpuProblem pr, uint64_t seed) {
+    const Sm90TileOption& option = GetParam();
+    pr.head_dim = option.head_dim;
     const BlockMask mask =
         BlockMask::build(pr.pattern, MaskShape{pr.q_len, pr.k_len, pr.block_q, pr.block_k, pr.q_heads});
-    const bool fits = pr.block_q != 16 || pr.block_k != 16;
-    EXPECT_EQ(cuda_detail::call_tile(true, pr.head_dim, mask, true).rows, fits ? 192 : 128);
+    const bool fits = cuda_detail::tile_fits(mask, option.tile);
+    EXPECT_EQ(fits, option.tile.rows == 128 || pr.block_q != 16 || pr.block_k != 16);
+    const cuda_detail::TileShape taken = cuda_detail::call_tile(true, pr.head_dim, mask, true);
+    const cuda_detail::TileShape wanted = fits ? option.tile : cuda_detail::sm90_tile(pr.head_dim);
+    EXPECT_EQ(taken.rows, wanted.rows);
+    EXPECT_EQ(taken.cols, wanted.cols);
     expect_matches_reference(pr, seed);
   }
 
  private:
   std::unique_ptr<ForcedKernel> kernel_;
-  std::unique_ptr<ForcedTallTile> tall_;
+  std::unique_ptr<ForcedSm90Tile> tile_;
 };
 
-TEST_F(GpuSm90TallTile, EveryPatternBothDtypesBothBlockRows) {
+TEST_P(GpuSm90TileOption, EveryPatternBothDtypesBothBlockRows) {
   std::mt19937_64 rng(2701);
   uint64_t seed = 2700;
   for (GpuProblem pr : pattern_problems(every_pattern_cases(rng)))
     for (int64_t block : {64, 128}) {
       pr.block_q = pr.block_k = block;
-      expect_tall_matches_reference(pr, seed++);
+      expect_option_matches_reference(pr, seed++);
     }
 }
 
-// Also blocks of 384 x 128, which both sm90 tiles walk directly (no derived
+// Also blocks of 384 x 128, which every sm90 tile walks directly (no derived
 // plan), and GQA problems in each unit order on 128-row blocks.
-TEST_F(GpuSm90TallTile, ShapesBlocksAndOrders) {
+TEST_P(GpuSm90TileOption, ShapesBlocksAndOrders) {
   std::mt19937_64 rng(2801);
   uint64_t seed = 2800;
   std::vector<GpuProblem> problems = odd_and_unequal_length_problems();
   for (const GpuProblem& pr : grouped_query_problems()) problems.push_back(pr);
-  for (GpuProblem& pr : problems) {
-    pr.head_dim = 64;
-    expect_tall_matches_reference(pr, seed++);
-  }
+  for (const GpuProblem& pr : problems) expect_option_matches_reference(pr, seed++);
   for (int64_t bq : {16, 32, 64, 128, 256})
     for (int64_t bk : {16, 32, 64, 128, 256})
-      for (const GpuProblem& pr : mask_block_problems(bq, bk, rng)) expect_tall_matches_reference(pr, seed++);
+      for (const GpuProblem& pr : mask_block_problems(bq, bk, rng)) expect_option_matches_reference(pr, seed++);
   GpuProblem empty_rows = rows_without_keys_problem();
-  expect_tall_matches_reference(empty_rows, seed++);
+  expect_option_matches_reference(empty_rows, seed++);
   empty_rows.out_dtype = DType::F32;
-  expect_tall_matches_reference(empty_rows, seed++);
+  expect_option_matches_reference(empty_rows, seed++);
   for (const Pattern& pattern : split_row_patterns())
-    expect_tall_matches_reference(split_rows_problem(pattern, DType::BF16), seed++);
-  // Scores rising along the row, on 128-row blocks and on 384 x 128 blocks
-  // (which both sm90 tiles walk directly, without a derived plan).
+    expect_option_matches_reference(split_rows_problem(pattern, DType::BF16), seed++);
+  // Scores rising along the row, on 128-row blocks and on 384 x 128 blocks.
   for (const Pattern& pattern : {Pattern::dense(), Pattern::causal(), Pattern::sliding_window(300, 0)}) {
     GpuProblem pr;
     pr.pattern = pattern;
@@ -452,7 +464,7 @@ TEST_F(GpuSm90TallTile, ShapesBlocksAndOrders) {
     for (const auto& [bq, bk] : std::vector<std::pair<int64_t, int64_t>>{{128, 128}, {384, 128}}) {
       pr.block_q = bq;
       pr.block_k = bk;
-      expect_tall_matches_reference(pr, seed++);
+      expect_option_matches_reference(pr, seed++);
     }
   }
   using cuda_detail::UnitOrder;
@@ -460,16 +472,22 @@ TEST_F(GpuSm90TallTile, ShapesBlocksAndOrders) {
     SCOPED_TRACE("unit order " + std::to_string(static_cast<int>(order)));
     const ForcedUnitOrder forced(order);
     for (GpuProblem pr : unit_order_problems()) {
-      pr.head_dim = 64;
       pr.block_q = pr.block_k = 128;
-      expect_tall_matches_reference(pr, seed++);
+      expect_option_matches_reference(pr, seed++);
     }
   }
 }
 
+INSTANTIATE_TEST_SUITE_P(
+    Forced, GpuSm90TileOption,
+    ::testing::Values(Sm90TileOption{"tall", 64, cuda_detail::kSm90TallTile, cuda_detail::force_sm90_tall_tile},
+                      Sm90TileOption{"narrow", 128, cuda_detail::kSm90NarrowTile,
+                                     cuda_detail::force_sm90_narrow_tile}),
+    [](const ::testing::TestParamInfo<Sm90TileOption>& info) { return std::string(info.param.name); });
+
 // Small problems through each path of the Hopper kernel (mask walked directly
 // and through a derived plan, partial and ragged tiles, a split row, both
-// passes of a dilated split); scripts/gpu_check.sh runs these under
+// passes of a dilated split, each tile); scripts/gpu_check.sh runs these under
 // compute-sanitizer (gpu_test_varlen.cpp has the varlen ones).
 TEST(GpuSanitizerSm90, EachKernelPath) {
   SPATTN_REQUIRE_GPU();
@@ -507,6 +525,21 @@ TEST(GpuSanitizerSm90, EachKernelPath) {
   pr.k_len = 700;
   pr.head_dim = 64;
   expect_matches_reference(pr, 6);
+  {
+    // D = 128 on the narrow tile: BigBird on 64-row blocks (warpgroups whose
+    // rows hold no kept block of a tile skip it), and blocks of 192 keys.
+    const ForcedSm90Tile narrow(cuda_detail::force_sm90_narrow_tile, true);
+    GpuProblem bigbird;
+    bigbird.pattern = Pattern::bigbird(700, 64, 3, 1, 3, 11);
+    bigbird.q_len = bigbird.k_len = 700;
+    bigbird.block_q = bigbird.block_k = 64;
+    bigbird.head_dim = 128;
+    expect_matches_reference(bigbird, 10);
+    bigbird.pattern = Pattern::causal();
+    bigbird.block_q = 128;
+    bigbird.block_k = 192;
+    expect_matches_reference(bigbird, 11);
+  }
   const ForcedTallTile tall(true);  // three consumer warpgroups: full, partial, ragged tiles and a derived plan
   expect_matches_reference(pr, 7);
   pr.pattern = Pattern::causal();

@@ -63,16 +63,25 @@ class ForcedUnitOrder {
   std::optional<cuda_detail::UnitOrder> previous_;
 };
 
-// Forces the sm90 tall-tile choice (kernel_choice.hpp) for its lifetime.
-class ForcedTallTile {
+// Forces one of the sm90 tile choices (kernel_choice.hpp:
+// force_sm90_tall_tile, force_sm90_narrow_tile) for its lifetime.
+class ForcedSm90Tile {
  public:
-  explicit ForcedTallTile(bool tall) : previous_(cuda_detail::force_sm90_tall_tile(tall)) {}
-  ~ForcedTallTile() { cuda_detail::force_sm90_tall_tile(previous_); }
-  ForcedTallTile(const ForcedTallTile&) = delete;
-  ForcedTallTile& operator=(const ForcedTallTile&) = delete;
+  using Force = std::optional<bool> (*)(std::optional<bool>);
+  ForcedSm90Tile(Force force, bool take) : force_(force), previous_(force(take)) {}
+  ~ForcedSm90Tile() { force_(previous_); }
+  ForcedSm90Tile(const ForcedSm90Tile&) = delete;
+  ForcedSm90Tile& operator=(const ForcedSm90Tile&) = delete;
 
  private:
+  Force force_;
   std::optional<bool> previous_;
+};
+
+// The tall-tile choice forced for its lifetime.
+class ForcedTallTile : public ForcedSm90Tile {
+ public:
+  explicit ForcedTallTile(bool tall) : ForcedSm90Tile(cuda_detail::force_sm90_tall_tile, tall) {}
 };
 
 // A suite whose tests run once per fused kernel, forced (the parameter);

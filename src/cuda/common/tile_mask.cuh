@@ -193,6 +193,19 @@ __device__ __forceinline__ uint64_t lane_keep_word(const FwdParams& p, const Pat
   return word;
 }
 
+// Whether kernel rows [row0, row0 + rows) of the tile at `walk` hold a kept
+// sub-block: always where the plan walks the mask itself; on a derived plan,
+// where its present bits say so for the mask rows of those rows. A consumer
+// warpgroup of the sm90 kernel skips the products of a tile where its rows
+// hold none (BigBird's 64-row blocks on the 128-row tile).
+__device__ __forceinline__ bool rows_hold_kept_blocks(const FwdParams& p, const TileWalk& walk, int row0, int rows) {
+  const DeviceTilePlanView& plan = p.plan;
+  if (plan.sub_present == nullptr) return true;
+  const int first = (p.packed.mask_row(row0) >> plan.sub.row_shift) * plan.sub.cols;
+  const int last = ((p.packed.mask_row(row0 + rows - 1) >> plan.sub.row_shift) + 1) * plan.sub.cols - 1;
+  return (plan.sub_present[walk.at] & bit_run(first, last > 63 ? 63 : last)) != 0;
+}
+
 // `x`, as a value the compiler cannot see through: what is computed from it
 // stays where it is used instead of being hoisted out of the tile loop.
 __device__ __forceinline__ int opaque(int x) {

@@ -26,6 +26,14 @@ constexpr TileShape kSm90WideTile{128, 128};
 constexpr TileShape kSm90NarrowTile{128, 64};
 constexpr TileShape sm90_tile(int64_t head_dim) { return head_dim > 128 ? kSm90NarrowTile : kSm90WideTile; }
 
+// At head dim 128 the kernel also runs the narrow tile, for masks whose
+// blocks fill 64-key tiles far better than 128-key ones (64 x 64 blocks
+// scattered as BigBird's, blocks of 192 keys that fit no 128-key tile): the
+// call takes it where its plan computes a small enough share of the pairs
+// of the wide tile's plan, or where only the narrow tile fits (call_tile in
+// kernel_choice.hpp).
+constexpr bool sm90_narrow_option_head_dim(int64_t head_dim) { return head_dim == 128; }
+
 // At head dims up to 64, where a tile's exponentials take as long as its
 // products, a second kernel of three consumer warpgroups runs 192 x 128
 // tiles: each group's softmax then runs while the two others' products keep
@@ -49,16 +57,19 @@ bool fwd_sm90_supports_head_dim(int64_t head_dim);
 // Launches the kernel for `dtype` (fp16 or bf16), p.head_dim and the tile
 // p.plan was made for on `stream` (a persistent grid of one CTA per
 // multiprocessor), then the merge of split rows. p.plan must be the plan of
-// sm90_tile(p.head_dim) or, where sm90_tall_head_dim, of kSm90TallTile (a
-// dilated split's passes: of the split made for that tile); a varlen batch needs
+// sm90_tile(p.head_dim), of kSm90TallTile where sm90_tall_head_dim, or of
+// kSm90NarrowTile where sm90_narrow_option_head_dim (a dilated split's
+// passes: of the split made for that tile); a varlen batch needs
 // p.varlen.total_q and total_k > 0; p.partial_o / p.partial_lse must hold
 // partial_o_floats / partial_lse_floats(p, p.plan.tile_rows) floats
 // (split_combine.hpp) when the plan splits rows.
 void run_fwd_sm90(const FwdParams& p, DType dtype, cudaStream_t stream);
 
-// One instantiation per (element type, head dim, consumer warpgroups: 2 for
-// the tile sm90_tile, 3 for kSm90TallTile), defined in cuda/instantiations/.
-template <typename T, int kHeadDim, int kConsumerGroups>
+// One instantiation per (element type, head dim, tile: sm90_tile, and
+// kSm90TallTile or kSm90NarrowTile where the head dim has that option; the
+// tile's rows give the consumer warpgroups, 64 rows each), defined in
+// cuda/instantiations/.
+template <typename T, int kHeadDim, int kTileRows, int kTileCols>
 void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream);
 
 }  // namespace spattn::cuda_detail

@@ -29,13 +29,20 @@ constexpr int kBuiltHeadDims[] = {
 
 constexpr bool is_built(int64_t head_dim) { return head_dim_in(kBuiltHeadDims, head_dim); }
 
-// The instantiation for the plan's tile: three consumer warpgroups on the tall tile.
+// The instantiation for the plan's tile: the head dim's own (sm90_tile), or
+// the tall or narrow one where the head dim has that option.
 template <typename T, int kHeadDim>
 void launch_for_tile(const FwdParams& p, cudaStream_t stream) {
   if constexpr (sm90_tall_head_dim(kHeadDim)) {
-    if (p.plan.tile_rows == kSm90TallTile.rows) return launch_fwd_sm90<T, kHeadDim, 3>(p, stream);
+    if (p.plan.tile_rows == kSm90TallTile.rows)
+      return launch_fwd_sm90<T, kHeadDim, kSm90TallTile.rows, kSm90TallTile.cols>(p, stream);
   }
-  launch_fwd_sm90<T, kHeadDim, 2>(p, stream);
+  if constexpr (sm90_narrow_option_head_dim(kHeadDim)) {
+    if (p.plan.tile_cols == kSm90NarrowTile.cols)
+      return launch_fwd_sm90<T, kHeadDim, kSm90NarrowTile.rows, kSm90NarrowTile.cols>(p, stream);
+  }
+  constexpr TileShape kTile = sm90_tile(kHeadDim);
+  launch_fwd_sm90<T, kHeadDim, kTile.rows, kTile.cols>(p, stream);
 }
 
 template <typename T>

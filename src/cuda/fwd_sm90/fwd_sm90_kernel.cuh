@@ -45,6 +45,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/dependent_launch.cuh"
 #include "cuda/common/fwd_params.hpp"
@@ -374,7 +375,11 @@ __device__ __forceinline__ void write_unit_result(const FwdParams& p, float (&o)
 //   S(n) = Q K(n)^T; O += P(n-1) V(n-1); wait S(n); mask, softmax of S(n)
 //   (O untouched); wait P V; free stage n-1; O *= correction(n); P(n) = S(n)
 // so the softmax of tile n runs while P(n-1) V(n-1) is on the tensor cores;
-// the last P V follows the loop.
+// the last P V follows the loop. Where Tr::kSkipsEmptyGroupTiles, a tile
+// where this warpgroup's rows hold no kept sub-block (rows_hold_kept_blocks:
+// a derived plan's tile half of whose rows are masked, as BigBird's on
+// 64-row blocks) has neither S nor P V here: the warpgroup still takes its turn (the groups pass turns in a
+// fixed cycle) and frees the tile's stages once they have arrived.
 template <typename Tr>
 __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<Tr>& sm,
                                              const Sm90Descriptors<Tr>& desc, const Sm90Work& w, uint32_t copies,
@@ -386,21 +391,28 @@ __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<
   const SequenceSpan seq = sequence_span(p, w.b);
   const int64_t q0 = w.row0 - seq.mask_row_offset;
   if (!seq.tile_has_rows(q0, Tr::kBlockM)) return;  // no query row of its varlen sequence (produce skips it too)
+  const int group_row0 = warp / 4 * Tr::kGroupRows;
   float o[1][Tr::kDAtoms][4];
   float m[1][2] = {{kNegInf, kNegInf}}, l[1][2] = {{0.0f, 0.0f}};
   clear_output<Tr>(o);
 
   TileWalk tile = TileWalk::entries(w.item.begin, w.item.end);
   if (tile.valid(plan, tiles_per_block, Tr::kBlockN, seq.k_len)) {
-    // The current tile (`tile`, its first key, whether it is full) and the
-    // next one, whose plan entries are read while the current tile's products
-    // run, so that no global-memory latency sits between two issues. What
-    // steers the loop (the same in every lane anyway) is broadcast from lane
-    // 0, which tells the compiler so (warp_uniform).
+    // The current tile (`tile`, its first key, whether it is full and holds
+    // kept pairs in this warpgroup's rows) and the next one, whose plan
+    // entries are read while the current tile's products run, so that no
+    // global-memory latency sits between two issues. What steers the loop
+    // (the same in every lane anyway) is broadcast from lane 0, which tells
+    // the compiler so (warp_uniform).
+    const auto holds_kept_pairs = [&](const TileWalk& t) {
+      if constexpr (!Tr::kSkipsEmptyGroupTiles) return true;
+      return warp_uniform(static_cast<int>(rows_hold_kept_blocks(p, t, group_row0, Tr::kGroupRows))) != 0;
+    };
     int64_t k0 = warp_uniform(tile.key_tile(plan, tiles_per_block)) * Tr::kBlockN;
     bool full = warp_uniform(static_cast<int>(tile.full(plan)));
+    bool active = holds_kept_pairs(tile);
     TileWalk next = tile;
-    bool has_next = false, next_full = true;
+    bool has_next = false, next_full = true, next_active = true;
     int64_t next_k0 = 0;
     const auto read_next = [&] {
       next = tile;
@@ -409,52 +421,109 @@ __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<
       if (has_next) {
         next_k0 = warp_uniform(next.key_tile(plan, tiles_per_block)) * Tr::kBlockN;
         next_full = warp_uniform(static_cast<int>(next.full(plan)));
+        next_active = holds_kept_pairs(next);
       }
     };
     // Keep bits of the tile (all on a full tile without exclusion), computed before S is live.
-    KeepBits<Tr> keep = tile_keep_bits<Tr>(p, expr, tile, full, seq, w.h, q0, k0, warp, lane);
+    KeepBits<Tr> keep = active ? tile_keep_bits<Tr>(p, expr, tile, full, seq, w.h, q0, k0, warp, lane)
+                               : KeepBits<Tr>::none();
     float s[1][Tr::kNAtoms][4];
     uint32_t pa[Tr::kBlockN / 16][4];
-    issue_first_qk<Tr>(sm, desc, schedule, slot, q_parity, s);
-    read_next();
-    wgmma_wait<0>();
-    wgmma_fence_operands(s);
-    mbarrier_arrive(sm.k_free(slot.stage));
-    if (!has_next) mbarrier_arrive(sm.q_free());  // this unit's last read of Q is done
-    mask_scores<Tr>(s, full, keep, k0, seq.k_len, lane);
-    softmax_update<Tr>(s, o, m, l, p.scale_log2);
-    pack_p<Tr>(s, pa);
+    // Each branch below issues its products and waits for them all before
+    // the branches join: ptxas serialises every wgmma where it cannot tell
+    // which products are in flight when their registers are read.
+    if (active) {
+      issue_first_qk<Tr>(sm, desc, schedule, slot, q_parity, s);
+      read_next();
+      wgmma_wait<0>();
+      wgmma_fence_operands(s);
+      mbarrier_arrive(sm.k_free(slot.stage));
+      if (!has_next) mbarrier_arrive(sm.q_free());  // this unit's last read of Q is done
+      mask_scores<Tr>(s, full, keep, k0, seq.k_len, lane);
+      softmax_update<Tr>(s, o, m, l, p.scale_log2);
+      pack_p<Tr>(s, pa);
+    } else {
+      mbarrier_wait(sm.q_full(), q_parity);
+      q_parity ^= 1u;
+      mbarrier_wait(sm.k_full(slot.stage), slot.parity);
+      schedule.wait_turn();
+      schedule.pass_turn();
+      read_next();
+      mbarrier_arrive(sm.k_free(slot.stage));
+      if (!has_next) mbarrier_arrive(sm.q_free());
+    }
     RingSlot<Tr::kStages> previous = slot;
+    bool previous_active = active;
     slot.advance();
 
+    // One tile after the first: S(n) where this warpgroup's rows hold kept
+    // pairs (`with_qk`), P(n-1) V(n-1) where the previous tile's did (`with_pv`).
+    const auto step = [&](auto with_qk, auto with_pv) {
+      constexpr bool kQK = decltype(with_qk)::value, kPV = decltype(with_pv)::value;
+      mbarrier_wait(sm.k_full(slot.stage), slot.parity);
+      mbarrier_wait(sm.v_full(previous.stage), previous.parity);
+      schedule.wait_turn();
+      if constexpr (kQK) issue_qk<Tr>(s, desc.q, desc.k(slot.stage));
+      if constexpr (kPV) issue_pv<Tr>(o, pa, desc.v(previous.stage));
+      schedule.pass_turn();
+      read_next();
+      if constexpr (kQK) {
+        if constexpr (kPV) {
+          wgmma_wait<1>();  // S(n) done; P(n-1) V(n-1) may still run
+        } else {
+          wgmma_wait<0>();
+        }
+        wgmma_fence_operands(s);
+      }
+      mbarrier_arrive(sm.k_free(slot.stage));
+      if (!has_next) mbarrier_arrive(sm.q_free());
+      float correction[1][2];
+      bool max_moved = false;
+      if constexpr (kQK) {
+        mask_scores<Tr>(s, full, keep, k0, seq.k_len, lane);
+        max_moved = softmax_scores<Tr>(s, m, l, p.scale_log2, correction);
+      }
+      if constexpr (kPV) {
+        wgmma_wait<0>();
+        wgmma_fence_operands(o);
+      }
+      mbarrier_arrive(sm.v_free(previous.stage));
+      if constexpr (kQK) {
+        if (max_moved) rescale_output<Tr>(o, correction);
+        pack_p<Tr>(s, pa);
+      }
+    };
+    using Yes = std::true_type;
+    using No = std::false_type;
     while (has_next) {
       tile = next;
       k0 = next_k0;
       full = next_full;
-      keep = tile_keep_bits<Tr>(p, expr, tile, full, seq, w.h, q0, k0, warp, lane);
-      mbarrier_wait(sm.k_full(slot.stage), slot.parity);
-      mbarrier_wait(sm.v_full(previous.stage), previous.parity);
-      schedule.wait_turn();
-      issue_qk<Tr>(s, desc.q, desc.k(slot.stage));
-      issue_pv<Tr>(o, pa, desc.v(previous.stage));
-      schedule.pass_turn();
-      read_next();
-      wgmma_wait<1>();  // S(n) done; P(n-1) V(n-1) may still run
-      wgmma_fence_operands(s);
-      mbarrier_arrive(sm.k_free(slot.stage));
-      if (!has_next) mbarrier_arrive(sm.q_free());
-      mask_scores<Tr>(s, full, keep, k0, seq.k_len, lane);
-      float correction[1][2];
-      const bool max_moved = softmax_scores<Tr>(s, m, l, p.scale_log2, correction);
-      wgmma_wait<0>();
-      wgmma_fence_operands(o);
-      mbarrier_arrive(sm.v_free(previous.stage));
-      if (max_moved) rescale_output<Tr>(o, correction);
-      pack_p<Tr>(s, pa);
+      active = next_active;
+      if (active) {
+        keep = tile_keep_bits<Tr>(p, expr, tile, full, seq, w.h, q0, k0, warp, lane);
+        if (previous_active) {
+          step(Yes{}, Yes{});
+        } else {
+          step(Yes{}, No{});
+        }
+      } else if (previous_active) {
+        step(No{}, Yes{});
+      } else {
+        step(No{}, No{});
+      }
       previous = slot;
+      previous_active = active;
       slot.advance();
     }
-    last_pv<Tr>(sm, desc, schedule, previous, o, pa);
+    if (previous_active) {
+      last_pv<Tr>(sm, desc, schedule, previous, o, pa);
+    } else {
+      mbarrier_wait(sm.v_full(previous.stage), previous.parity);
+      schedule.wait_turn();
+      schedule.pass_turn();
+      mbarrier_arrive(sm.v_free(previous.stage));
+    }
   }
   write_unit_result<Tr>(p, o, m, l, seq, w, copies, q0, warp, lane);
 }

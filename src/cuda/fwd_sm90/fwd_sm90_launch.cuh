@@ -21,14 +21,13 @@
 
 namespace spattn::cuda_detail {
 
-template <typename T, int kHeadDim, int kConsumerGroups>
+template <typename T, int kHeadDim, int kTileRows, int kTileCols>
 void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
-  using Tr = Sm90Traits<T, kHeadDim, kConsumerGroups>;
-  constexpr TileShape kTile = kConsumerGroups == 3 ? kSm90TallTile : sm90_tile(kHeadDim);
-  static_assert(Tr::kBlockM == kTile.rows && Tr::kBlockN == kTile.cols, "tile plan and kernel tile agree");
-  require(p.plan.tile_rows == kTile.rows && p.plan.tile_cols == kTile.cols, "CUDA sm90 kernel: a plan of ",
-          p.plan.tile_rows, " x ", p.plan.tile_cols, " tiles given to the kernel of ", kTile.rows, " x ",
-          kTile.cols, " tiles");
+  using Tr = Sm90Traits<T, kHeadDim, kTileRows / 64, kTileCols>;
+  static_assert(Tr::kBlockM == kTileRows, "64 query rows per consumer warpgroup");
+  require(p.plan.tile_rows == kTileRows && p.plan.tile_cols == kTileCols, "CUDA sm90 kernel: a plan of ",
+          p.plan.tile_rows, " x ", p.plan.tile_cols, " tiles given to the kernel of ", kTileRows, " x ",
+          kTileCols, " tiles");
   const DType dtype = std::is_same_v<T, __nv_bfloat16> ? DType::BF16 : DType::F16;
   // A packed varlen batch is one batch of total_q (total_k) rows; its work units address their sequences' rows.
   const bool packed = p.varlen.cu_seqlens_q != nullptr;

@@ -2,7 +2,8 @@
 // shared-memory layout of the Hopper forward kernel.
 //
 // A CTA computes a query tile of 64 rows per consumer warpgroup against key
-// tiles of 128 keys (64 at head dim 256; the tiles in fwd_sm90.hpp):
+// tiles of kBlockN keys (128, or 64: at head dim 256, and at head dim 128 for
+// masks whose blocks fill 64-key tiles better; the tiles in fwd_sm90.hpp):
 // warpgroup 0 is the producer (one thread issues the TMA copies; it keeps few
 // registers), the others are consumers (two, or three on the 192-row tile at
 // head dims up to 64), each owning 64 query rows
@@ -23,13 +24,13 @@
 
 namespace spattn::cuda_detail {
 
-template <typename T_, int kHeadDim_, int kConsumerGroups_ = 2>
+template <typename T_, int kHeadDim_, int kConsumerGroups_, int kBlockN_>
 struct Sm90Traits {
   using T = T_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kConsumerGroups = kConsumerGroups_;
   static constexpr int kBlockM = 64 * kConsumerGroups;  // query rows per CTA
-  static constexpr int kBlockN = kHeadDim_ > 128 ? 64 : 128;  // keys per tile
+  static constexpr int kBlockN = kBlockN_;  // keys per tile
   static constexpr int kConsumerThreads = kConsumerGroups * 128;
   static constexpr int kThreads = 128 + kConsumerThreads;
   static constexpr int kGroupRows = kBlockM / kConsumerGroups;  // rows of one wgmma m64 tile
@@ -37,9 +38,21 @@ struct Sm90Traits {
   static constexpr int kWarpRows = 16;
   static constexpr int kNAtoms = kBlockN / 8;
   static constexpr int kDAtoms = kHeadDim / 8;
-  static constexpr int kStages = kHeadDim <= 64 ? 5 : 2;  // D = 128: 3 stages ran 0.4-1.9% slower (same-run A/B)
+  // K/V stages: D = 128 on 128-key tiles ran 0.4-1.9% slower with 3 than
+  // with 2 (same-run A/B); 64-key tiles at D = 128 take half the shared
+  // memory per stage, and their products last half as long.
+  static constexpr int kStages = kHeadDim <= 64 ? 5 : (kHeadDim <= 128 && kBlockN == 64 ? 4 : 2);
+  // Whether a consumer warpgroup skips the products of tiles where its rows
+  // hold no kept sub-block (consume_unit): on the narrow tile at D <= 128,
+  // which calls take for masks whose blocks fill it far better than the wide
+  // one (BigBird on 64-row blocks: +9%, same-run A/B on an H200). Elsewhere
+  // the branches cost more than they save (causal at mask block 64 on the
+  // wide tile -7%, dense on the tall tile -6%).
+  static constexpr bool kSkipsEmptyGroupTiles = kBlockN == 64 && kHeadDim <= 128;
   static_assert(kConsumerGroups == 2 || (kConsumerGroups == 3 && kHeadDim <= 64),
                 "three consumer groups fit the registers at head dims up to 64");
+  static_assert(kBlockN == 64 || (kBlockN == 128 && kHeadDim <= 128),
+                "64-key tiles, or 128-key tiles at head dims up to 128 (whose scores fit beside O)");
   // Two score tiles in registers for units whose tiles are all full
   // (consume_unit_two_scores) where the exponentials of a tile take as long
   // as its products; at D = 128 the second tile does not fit beside O, nor

@@ -3,5 +3,5 @@
 #include "cuda/fwd_sm90/fwd_sm90_launch.cuh"
 
 namespace spattn::cuda_detail {
-template void launch_fwd_sm90<__half, 128, 2>(const FwdParams& p, cudaStream_t stream);
+template void launch_fwd_sm90<__half, 128, 128, 128>(const FwdParams& p, cudaStream_t stream);
 }  // namespace spattn::cuda_detail

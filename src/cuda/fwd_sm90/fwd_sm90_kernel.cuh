@@ -378,8 +378,9 @@ __device__ __forceinline__ void write_unit_result(const FwdParams& p, float (&o)
 // the last P V follows the loop. Where Tr::kSkipsEmptyGroupTiles, a tile
 // where this warpgroup's rows hold no kept sub-block (rows_hold_kept_blocks:
 // a derived plan's tile half of whose rows are masked, as BigBird's on
-// 64-row blocks) has neither S nor P V here: the warpgroup still takes its turn (the groups pass turns in a
-// fixed cycle) and frees the tile's stages once they have arrived.
+// 64-row blocks) has neither S nor P V here: the warpgroup still takes its
+// turn (the groups pass turns in a fixed cycle) and frees the tile's stages
+// once they have arrived.
 template <typename Tr>
 __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<Tr>& sm,
                                              const Sm90Descriptors<Tr>& desc, const Sm90Work& w, uint32_t copies,

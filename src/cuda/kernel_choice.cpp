@@ -103,9 +103,10 @@ double plan_pairs(const BlockMask& mask, TileShape tile) {
 constexpr double kTallTileWorkSlack = 1.05;
 
 // The narrow tile's plan must compute at most this share of the wide tile's
-// pairs to run faster: its kernel runs dense at D = 128 about 20% slower per
-// pair.
-constexpr double kNarrowTileWorkShare = 0.8;
+// pairs to run faster: its kernel runs dense about 20% slower per pair at
+// D = 128 and 31% slower at D = 64 (same-run A/Bs on an H200), where the
+// share leaves a margin.
+constexpr double narrow_tile_work_share(int64_t head_dim) { return head_dim <= 64 ? 0.65 : 0.8; }
 
 // A forced tile choice (force_sm90_tall_tile, force_sm90_narrow_tile): -1
 // none, 0 never, 1 wherever it fits.
@@ -133,13 +134,13 @@ bool sm90_tall_tile(const BlockMask& mask, bool dilated_splits) {
   return plan_pairs(mask, kSm90TallTile) <= kTallTileWorkSlack * plan_pairs(mask, kSm90WideTile);
 }
 
-bool sm90_narrow_tile(const BlockMask& mask, bool dilated_splits) {
+bool sm90_narrow_tile(int64_t head_dim, const BlockMask& mask, bool dilated_splits) {
   if (!tile_fits(mask, kSm90NarrowTile)) return false;
   if (!tile_fits(mask, kSm90WideTile)) return true;
   const int forced = forced_narrow_tile().load();
   if (forced == 0 || (dilated_splits && dilated_split(mask, kSm90WideTile))) return false;
   if (forced == 1) return true;
-  return plan_pairs(mask, kSm90NarrowTile) <= kNarrowTileWorkShare * plan_pairs(mask, kSm90WideTile);
+  return plan_pairs(mask, kSm90NarrowTile) <= narrow_tile_work_share(head_dim) * plan_pairs(mask, kSm90WideTile);
 }
 
 bool sm90_tile_fits(int64_t head_dim, const BlockMask& mask) {
@@ -157,7 +158,7 @@ std::optional<bool> force_sm90_narrow_tile(std::optional<bool> narrow) {
 
 TileShape call_tile(bool sm90, int64_t head_dim, const BlockMask& mask, bool dilated_splits) {
   if (sm90 && sm90_tall_head_dim(head_dim) && sm90_tall_tile(mask, dilated_splits)) return kSm90TallTile;
-  if (sm90 && sm90_narrow_option_head_dim(head_dim) && sm90_narrow_tile(mask, dilated_splits))
+  if (sm90 && sm90_narrow_option_head_dim(head_dim) && sm90_narrow_tile(head_dim, mask, dilated_splits))
     return kSm90NarrowTile;
   const bool wide = !sm90 && sm80_wide_head_dim(head_dim) && sm80_wide_tile(mask, dilated_splits);
   return kernel_tile(sm90, head_dim, wide);

@@ -41,13 +41,14 @@ bool sm80_wide_tile(const BlockMask& mask, bool dilated_splits);
 // per mask, plan_key_tiles), unless force_sm90_tall_tile says otherwise.
 bool sm90_tall_tile(const BlockMask& mask, bool dilated_splits);
 
-// Whether the sm90 kernel runs a call on `mask` at a head dim of
-// sm90_narrow_option_head_dim on its narrow tile (fwd_sm90.hpp): the blocks
+// Whether the sm90 kernel runs a call on `mask` at `head_dim` (one of
+// sm90_narrow_option_head_dim) on its narrow tile (fwd_sm90.hpp): the blocks
 // fit it and not the wide tile; or they fit both, where the call makes
 // dilated splits (`dilated_splits`) the mask has none on the wide tile, and
-// the narrow tile's plan computes at most 80% of the wide tile's pairs
-// (plan_key_tiles), unless force_sm90_narrow_tile says otherwise.
-bool sm90_narrow_tile(const BlockMask& mask, bool dilated_splits);
+// the narrow tile's plan computes at most 80% (D = 128) or 65% (D = 64) of
+// the wide tile's pairs (plan_key_tiles), unless force_sm90_narrow_tile
+// says otherwise.
+bool sm90_narrow_tile(int64_t head_dim, const BlockMask& mask, bool dilated_splits);
 
 // Whether the mask's blocks fit a tile the sm90 kernel runs at `head_dim`
 // (its own, sm90_tile, or the narrow one where the head dim has it).

@@ -1043,12 +1043,14 @@ TEST(CudaTilePlan, TallTileWhereItCostsNoMoreWork) {
   EXPECT_EQ(tile_of(Pattern::dense(), 4096, 128, 64, true), "128x128");
 }
 
-// The sm90 kernel's narrow tile (128 x 64) runs a call at head dim 128 where
-// its plan computes at most 80% of the wide tile's pairs: BigBird on 64 x 64
+// The sm90 kernel's narrow tile (128 x 64) runs a call at head dims 64 and
+// 128 where its plan computes at most 65% (D = 64) or 80% (D = 128) of the
+// wide tile's pairs (and, at D = 64, the tall tile's plan is not chosen
+// first; a mask whose narrow plan computes 75% takes it at D = 128 only): BigBird on 64 x 64
 // blocks (its random blocks fill few 128-key tiles), not dense or causal
 // masks, BigBird on 128 x 128 blocks, nor a call that makes a dilated split
 // on the wide tile; and wherever the blocks fit no 128-key tile (192 keys),
-// whatever is forced. Never at D = 64; always at D = 256 (its own tile).
+// whatever is forced. Always at D = 256 (its own tile).
 // Host-only: the choice needs no device.
 TEST(CudaTilePlan, NarrowTileWhereItSavesWork) {
   const auto tile_of = [](const Pattern& pattern, int64_t len, int64_t block_q, int64_t block_k, int64_t head_dim,
@@ -1059,12 +1061,30 @@ TEST(CudaTilePlan, NarrowTileWhereItSavesWork) {
   };
   const Pattern bigbird64 = Pattern::bigbird(16384, 64, 3, 1, 3, 0);
   EXPECT_EQ(tile_of(bigbird64, 16384, 64, 64, 128, true), "128x64");
-  EXPECT_EQ(tile_of(bigbird64, 16384, 64, 64, 64, true), "128x128");
+  EXPECT_EQ(tile_of(bigbird64, 16384, 64, 64, 64, true), "128x64");
+  EXPECT_EQ(tile_of(Pattern::causal(), 4096, 128, 192, 64, true), "128x64");
+  EXPECT_EQ(tile_of(Pattern::dense(), 4096, 64, 64, 64, true), "192x128");
   EXPECT_EQ(tile_of(bigbird64, 16384, 64, 64, 256, true), "128x64");
   EXPECT_EQ(tile_of(Pattern::bigbird(16384, 128, 3, 1, 3, 0), 16384, 128, 128, 128, true), "128x128");
   EXPECT_EQ(tile_of(Pattern::dense(), 4096, 64, 64, 128, true), "128x128");
   EXPECT_EQ(tile_of(Pattern::causal(), 16384, 64, 64, 128, true), "128x128");
   EXPECT_EQ(tile_of(Pattern::causal(), 4096, 128, 192, 128, true), "128x64");
+  {
+    // Blocks of 64 in groups of 2 x 2: the left column of each group kept, the
+    // right one too in every other group; the narrow plan computes 75% of the
+    // wide plan's pairs.
+    constexpr int64_t kGrid = 64;
+    std::vector<uint8_t> blocks(kGrid * kGrid, 0);
+    for (int64_t r = 0; r < kGrid; ++r)
+      for (int64_t c = 0; c < kGrid; c += 2) {
+        blocks[r * kGrid + c] = 1;
+        blocks[r * kGrid + c + 1] = (r / 2 + c / 2) % 2 == 0 && r % 2 == 0;
+      }
+    const Pattern three_quarters = Pattern::custom(blocks, 1, kGrid, kGrid, 64, 64);
+    const ForcedTallTile no_tall(false);
+    EXPECT_EQ(tile_of(three_quarters, kGrid * 64, 64, 64, 128, true), "128x64");
+    EXPECT_EQ(tile_of(three_quarters, kGrid * 64, 64, 64, 64, true), "128x128");
+  }
   const Pattern dilated = Pattern::unite(Pattern::dilated({2048}, {4}, true), Pattern::sliding_window(512));
   EXPECT_EQ(tile_of(dilated, 16384, 128, 128, 128, true), "128x128");
   {

@@ -225,8 +225,9 @@ TEST_P(GpuKernels, GroupedQueryHeadsBatchesAndLayouts) {
 }
 
 // Mask blocks 16..256 on both sides at head dims 128 and 64 (the sm80
-// kernel's 64- and 128-key tiles); blocks that fit only the 64-key tile
-// (block_k 192, 320) keep the sm80 kernel on it at head dims 32 and 64.
+// kernel's 64- and 128-key tiles); blocks that fit only 64-key tiles
+// (block_k 192, 320) keep the sm80 kernel on its narrow tile at head dims 32
+// and 64, the sm90 kernel on its narrow tile at 64 (it has no head dim 32).
 TEST_P(GpuKernels, MaskBlockSizesAndEmptyRows) {
   std::mt19937_64 rng(2500);
   uint64_t seed = 2500;
@@ -237,13 +238,14 @@ TEST_P(GpuKernels, MaskBlockSizesAndEmptyRows) {
           pr.head_dim = d;
           expect_matches_reference(pr, seed++);
         }
-  if (GetParam() == CudaKernel::Sm80)  // the sm90 kernel's tile takes none of these blocks
-    for (const auto& [bq, bk] : std::vector<std::pair<int64_t, int64_t>>{{128, 192}, {64, 320}})
-      for (GpuProblem pr : mask_block_problems(bq, bk, rng))
-        for (int64_t d : {32, 64}) {
-          pr.head_dim = d;
-          expect_matches_reference(pr, seed++);
-        }
+  const std::vector<int64_t> narrow_dims =
+      GetParam() == CudaKernel::Sm80 ? std::vector<int64_t>{32, 64} : std::vector<int64_t>{64};
+  for (const auto& [bq, bk] : std::vector<std::pair<int64_t, int64_t>>{{128, 192}, {64, 320}})
+    for (GpuProblem pr : mask_block_problems(bq, bk, rng))
+      for (int64_t d : narrow_dims) {
+        pr.head_dim = d;
+        expect_matches_reference(pr, seed++);
+      }
   GpuProblem pr = rows_without_keys_problem();
   expect_matches_reference(pr, seed++);
   pr.out_dtype = DType::F32;
@@ -375,8 +377,9 @@ INSTANTIATE_TEST_SUITE_P(Forced, GpuKernels, ::testing::Values(CudaKernel::Sm80,
                          forced_kernel_name);
 
 // The Hopper kernel's optional tiles, each forced wherever the mask's blocks
-// fit it: the tall tile (three consumer warpgroups, 192 x 128) at head dim
-// 64 and the narrow tile (128 x 64) at head dim 128. On its own, call_tile
+// fit it (and the other option forced off): the tall tile (three consumer
+// warpgroups, 192 x 128) at head dim 64 and the narrow tile (128 x 64) at
+// head dims 64 and 128. On its own, call_tile
 // takes them only where their plans compute few enough pairs, which leaves
 // most small problems on the 128 x 128 tile. Every pattern and both dtypes
 // on 64- and 128-row mask blocks (the tall tile's rows overlap the latter
@@ -388,7 +391,8 @@ struct Sm90TileOption {
   const char* name;
   int64_t head_dim;
   cuda_detail::TileShape tile;
-  ForcedSm90Tile::Force force;
+  ForcedSm90Tile::Force force;  // taken wherever it fits
+  ForcedSm90Tile::Force other;  // never taken
 };
 
 class GpuSm90TileOption : public ::testing::TestWithParam<Sm90TileOption> {
@@ -399,8 +403,10 @@ class GpuSm90TileOption : public ::testing::TestWithParam<Sm90TileOption> {
       GTEST_SKIP() << "no sm90 kernel for head dim " << GetParam().head_dim << " on this device and build";
     kernel_ = std::make_unique<ForcedKernel>(CudaKernel::Sm90);
     tile_ = std::make_unique<ForcedSm90Tile>(GetParam().force, true);
+    other_tile_ = std::make_unique<ForcedSm90Tile>(GetParam().other, false);
   }
   void TearDown() override {
+    other_tile_.reset();
     tile_.reset();
     kernel_.reset();
   }
@@ -425,6 +431,7 @@ class GpuSm90TileOption : public ::testing::TestWithParam<Sm90TileOption> {
  private:
   std::unique_ptr<ForcedKernel> kernel_;
   std::unique_ptr<ForcedSm90Tile> tile_;
+  std::unique_ptr<ForcedSm90Tile> other_tile_;
 };
 
 TEST_P(GpuSm90TileOption, EveryPatternBothDtypesBothBlockRows) {
@@ -480,9 +487,12 @@ TEST_P(GpuSm90TileOption, ShapesBlocksAndOrders) {
 
 INSTANTIATE_TEST_SUITE_P(
     Forced, GpuSm90TileOption,
-    ::testing::Values(Sm90TileOption{"tall", 64, cuda_detail::kSm90TallTile, cuda_detail::force_sm90_tall_tile},
+    ::testing::Values(Sm90TileOption{"tall", 64, cuda_detail::kSm90TallTile, cuda_detail::force_sm90_tall_tile,
+                                     cuda_detail::force_sm90_narrow_tile},
+                      Sm90TileOption{"narrow64", 64, cuda_detail::kSm90NarrowTile,
+                                     cuda_detail::force_sm90_narrow_tile, cuda_detail::force_sm90_tall_tile},
                       Sm90TileOption{"narrow", 128, cuda_detail::kSm90NarrowTile,
-                                     cuda_detail::force_sm90_narrow_tile}),
+                                     cuda_detail::force_sm90_narrow_tile, cuda_detail::force_sm90_tall_tile}),
     [](const ::testing::TestParamInfo<Sm90TileOption>& info) { return std::string(info.param.name); });
 
 // Small problems through each path of the Hopper kernel (mask walked directly
@@ -526,19 +536,24 @@ TEST(GpuSanitizerSm90, EachKernelPath) {
   pr.head_dim = 64;
   expect_matches_reference(pr, 6);
   {
-    // D = 128 on the narrow tile: BigBird on 64-row blocks (warpgroups whose
-    // rows hold no kept block of a tile skip it), and blocks of 192 keys.
+    // D = 128 and 64 on the narrow tile: BigBird on 64-row blocks
+    // (warpgroups whose rows hold no kept block of a tile skip it), and
+    // blocks of 192 keys.
     const ForcedSm90Tile narrow(cuda_detail::force_sm90_narrow_tile, true);
-    GpuProblem bigbird;
-    bigbird.pattern = Pattern::bigbird(700, 64, 3, 1, 3, 11);
-    bigbird.q_len = bigbird.k_len = 700;
-    bigbird.block_q = bigbird.block_k = 64;
-    bigbird.head_dim = 128;
-    expect_matches_reference(bigbird, 10);
-    bigbird.pattern = Pattern::causal();
-    bigbird.block_q = 128;
-    bigbird.block_k = 192;
-    expect_matches_reference(bigbird, 11);
+    const ForcedTallTile no_tall(false);
+    uint64_t seed = 10;
+    for (int64_t head_dim : {128, 64}) {
+      GpuProblem bigbird;
+      bigbird.pattern = Pattern::bigbird(700, 64, 3, 1, 3, 11);
+      bigbird.q_len = bigbird.k_len = 700;
+      bigbird.block_q = bigbird.block_k = 64;
+      bigbird.head_dim = head_dim;
+      expect_matches_reference(bigbird, seed++);
+      bigbird.pattern = Pattern::causal();
+      bigbird.block_q = 128;
+      bigbird.block_k = 192;
+      expect_matches_reference(bigbird, seed++);
+    }
   }
   const ForcedTallTile tall(true);  // three consumer warpgroups: full, partial, ragged tiles and a derived plan
   expect_matches_reference(pr, 7);

@@ -26,13 +26,13 @@ constexpr TileShape kSm90WideTile{128, 128};
 constexpr TileShape kSm90NarrowTile{128, 64};
 constexpr TileShape sm90_tile(int64_t head_dim) { return head_dim > 128 ? kSm90NarrowTile : kSm90WideTile; }
 
-// At head dim 128 the kernel also runs the narrow tile, for masks whose
-// blocks fill 64-key tiles far better than 128-key ones (64 x 64 blocks
-// scattered as BigBird's, blocks of 192 keys that fit no 128-key tile): the
-// call takes it where its plan computes a small enough share of the pairs
-// of the wide tile's plan, or where only the narrow tile fits (call_tile in
-// kernel_choice.hpp).
-constexpr bool sm90_narrow_option_head_dim(int64_t head_dim) { return head_dim == 128; }
+// At head dims 64 and 128 the kernel also runs the narrow tile, for masks
+// whose blocks fill 64-key tiles far better than 128-key ones (64 x 64
+// blocks scattered as BigBird's, blocks of 192 keys that fit no 128-key
+// tile): the call takes it where its plan computes a small enough share of
+// the pairs of the wide tile's plan, or where only the narrow tile fits
+// (call_tile in kernel_choice.hpp).
+constexpr bool sm90_narrow_option_head_dim(int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
 
 // At head dims up to 64, where a tile's exponentials take as long as its
 // products, a second kernel of three consumer warpgroups runs 192 x 128

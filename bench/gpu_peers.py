@@ -7,8 +7,9 @@ For every shape and pattern it times, on the current GPU:
     sm80 kernel forced,
   * PyTorch SDPA with the cuDNN and the flash (FlashAttention-2) backends, dense and causal,
   * FlexAttention (torch.compile(flex_attention)) with the same masks, built by
-    create_block_mask with 128-blocks; block-level masks (random, bigbird) are
-    read from the blocks spattn dumped, so both sides compute the same pairs.
+    create_block_mask with the same blocks (--block, default 128); block-level
+    masks (random, bigbird) are read from the blocks spattn dumped, so both
+    sides compute the same pairs.
 Times are medians of triton.testing.do_bench (events); effective TFLOP/s count
 only the kept pairs: 4 * kept_pairs * D / time. spattn's bench times its
 calls in do_bench's regime (--warmup-ms of warm-up calls, default 25, then at
@@ -29,7 +30,7 @@ stays empty, except for one query, whose bottom-right causal row is dense.
 FlexAttention with enable_gqa).
 
     python3 bench/gpu_peers.py --bench build/bench/spattn_cuda_bench [--shapes 32768x16,131072x8]
-                               [--head-dim 128] [--q-len N] [--kv-heads N]
+                               [--head-dim 128] [--block 128] [--q-len N] [--kv-heads N]
 """
 import argparse
 import json
@@ -45,15 +46,16 @@ import numpy as np
 
 CASES = ["dense", "causal", "window", "streaming", "random", "bigbird", "dilated", "mix", "allblocks"]
 SQUARE_ONLY = {"random", "random-causal", "bigbird", "allblocks"}  # block grids made for Lq = Lk
-BLOCK = 128
+DEFAULT_BLOCK = 128
 TIMED_MS = 100  # do_bench's timed span, for spattn's bench and the peers alike
 
 
-def ours(bench, cases, seq, heads, head_dim, q_len, kv_heads, dump_dir, repeats, rest_ms, warmup_ms, kernel="fused"):
+def ours(bench, cases, seq, heads, head_dim, q_len, kv_heads, block, dump_dir, repeats, rest_ms, warmup_ms,
+         kernel="fused"):
     """Runs spattn_cuda_bench with --kernel `kernel`; returns {case: json record}."""
     cmd = [bench, "--cases", ",".join(cases), "--seq", str(seq), "--heads", str(heads),
            "--q-len", str(q_len), "--kv-heads", str(kv_heads),
-           "--head-dim", str(head_dim), "--block", str(BLOCK), "--repeats", str(repeats),
+           "--head-dim", str(head_dim), "--block", str(block), "--repeats", str(repeats),
            "--dump-dir", dump_dir, "--kernel", kernel, "--rest-ms", str(rest_ms),
            "--warmup-ms", str(warmup_ms), "--timed-ms", str(TIMED_MS)]
     run = subprocess.run(cmd, capture_output=True, text=True)
@@ -63,16 +65,16 @@ def ours(bench, cases, seq, heads, head_dim, q_len, kv_heads, dump_dir, repeats,
     return {r["case"]: r for r in (json.loads(line) for line in out.splitlines() if line.startswith("{"))}
 
 
-def mask_mod_for(case, seq, heads, dump_dir, device, q_offset=0):
+def mask_mod_for(case, seq, heads, block, dump_dir, device, q_offset=0):
     """FlexAttention mask_mod of a benchmark case (None = dense), and whether it
     reads the head; query index q stands for position q + q_offset."""
-    mask_mod, per_head = position_mask_mod(case, seq, heads, dump_dir, device)
+    mask_mod, per_head = position_mask_mod(case, seq, heads, block, dump_dir, device)
     if mask_mod is None or q_offset == 0:
         return mask_mod, per_head
     return (lambda b, h, q, kv: mask_mod(b, h, q + q_offset, kv)), per_head
 
 
-def position_mask_mod(case, seq, heads, dump_dir, device):
+def position_mask_mod(case, seq, heads, block, dump_dir, device):
     """mask_mod_for over positions (queries and keys both from 0)."""
     import torch
 
@@ -85,10 +87,10 @@ def position_mask_mod(case, seq, heads, dump_dir, device):
     if case == "streaming":
         return (lambda b, h, q, kv: (kv <= q) & ((kv < 128) | (q - kv < 4096))), False
     if case in ("random", "bigbird"):
-        n = (seq + BLOCK - 1) // BLOCK
+        n = (seq + block - 1) // block
         grid = np.fromfile(os.path.join(dump_dir, f"{case}_blocks.u8"), dtype=np.uint8).reshape(n, n)
         blocks = torch.from_numpy(grid.astype(np.bool_)).to(device)
-        return (lambda b, h, q, kv: blocks[q // BLOCK, kv // BLOCK]), False
+        return (lambda b, h, q, kv: blocks[q // block, kv // block]), False
     if case == "dilated":
         def dilated(b, h, q, kv):
             branch = (q // 2048 == kv // 2048) & (q % 4 == h % 4) & (kv % 4 == h % 4) & (kv <= q)
@@ -156,6 +158,8 @@ def main():
     parser.add_argument("--bench", default="build/bench/spattn_cuda_bench")
     parser.add_argument("--shapes", default="32768x16,131072x8", help="seq x heads, comma separated")
     parser.add_argument("--head-dim", type=int, default=128)
+    parser.add_argument("--block", type=int, default=DEFAULT_BLOCK,
+                        help="mask block size, both sides, for spattn and FlexAttention (a power of two, 16..256)")
     parser.add_argument("--q-len", type=int, default=None, help="queries: the last N positions (default: seq)")
     parser.add_argument("--kv-heads", type=int, default=None, help="kv heads (default: heads)")
     parser.add_argument("--cases", default=",".join(CASES))
@@ -173,6 +177,8 @@ def main():
         parser.error(f"--rest-ms must be >= 0, got {args.rest_ms}")
     if args.warmup_ms < 0:
         parser.error(f"--warmup-ms must be >= 0, got {args.warmup_ms}")
+    if args.block not in (16, 32, 64, 128, 256):
+        parser.error(f"--block must be a power of two from 16 to 256, got {args.block}")
     if args.plot:
         paths = args.plot.split(",")
         plot(paths, args.png or os.path.splitext(paths[0])[0] + ".png")
@@ -209,6 +215,34 @@ def measure(args):
         time.sleep(args.rest_ms / 1e3)
         return do_bench(fn, warmup=args.warmup_ms, rep=TIMED_MS, return_mode="median")
 
+    # FlexAttention on the same token mask with its blocks of --block, its
+    # kernel's tiles made that small where they are larger (it rejects a
+    # block mask finer than its tiles); for blocks under 128 also with its
+    # default blocks of 128, where the finer mask shows up as partial blocks.
+    flex_blocks = [args.block] if args.block >= 128 else [args.block, 128]
+
+    def time_flex(row, key, block, mask_mod, per_head, q, k, v):
+        """Times FlexAttention on q, k, v (B, H, L, D) with `block`-sized mask blocks into
+        row[key + "_ms"] (or the reason it failed into row[key + "_error"]) and its mask
+        build into row[key + "_mask_build_ms"]."""
+        heads, q_len, seq, gqa = q.shape[1], q.shape[2], k.shape[2], k.shape[1] != q.shape[1]
+        options = {"BLOCK_M": block, "BLOCK_N": block} if block < 128 else None
+        try:
+            block_mask = None
+            if mask_mod is not None:
+                # The second build is timed (the first compiles).
+                for _ in range(2):
+                    torch.cuda.synchronize()
+                    t0 = time.perf_counter()
+                    block_mask = create_block_mask(mask_mod, 1, heads if per_head else None, q_len, seq,
+                                                   device=device, BLOCK_SIZE=block, _compile=True)
+                    torch.cuda.synchronize()
+                row[key + "_mask_build_ms"] = (time.perf_counter() - t0) * 1e3
+            row[key + "_ms"] = timed(lambda: flex(q, k, v, block_mask=block_mask, enable_gqa=gqa,
+                                                  kernel_options=options))
+        except Exception as e:  # a configuration FlexAttention rejects leaves its cell empty, with the reason
+            row[key + "_error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+
     results = []
     for shape in args.shapes.split(","):
         seq, heads = (int(x) for x in shape.split("x"))
@@ -217,10 +251,10 @@ def measure(args):
         kv_heads = heads if args.kv_heads is None else args.kv_heads
         gqa = kv_heads != heads
         with tempfile.TemporaryDirectory() as dump_dir:
-            mine = ours(args.bench, cases, seq, heads, D, q_len, kv_heads, dump_dir, args.repeats, args.rest_ms,
-                        args.warmup_ms)
-            portable = ours(args.bench, cases, seq, heads, D, q_len, kv_heads, dump_dir, args.repeats, args.rest_ms,
-                            args.warmup_ms, kernel="sm80")
+            mine = ours(args.bench, cases, seq, heads, D, q_len, kv_heads, args.block, dump_dir, args.repeats,
+                        args.rest_ms, args.warmup_ms)
+            portable = ours(args.bench, cases, seq, heads, D, q_len, kv_heads, args.block, dump_dir, args.repeats,
+                            args.rest_ms, args.warmup_ms, kernel="sm80")
             torch.manual_seed(0)
             q = torch.randn(1, heads, q_len, D, device=device, dtype=torch.bfloat16)
             k, v = (torch.randn(1, kv_heads, seq, D, device=device, dtype=torch.bfloat16) for _ in range(2))
@@ -254,23 +288,18 @@ def measure(args):
                             row[f"sdpa_{name}_tflops"] = tflops(kept, D, ms)
                         except RuntimeError as e:
                             row[f"sdpa_{name}_error"] = str(e).splitlines()[0]
-                mask_mod, per_head = mask_mod_for(case, seq, heads, dump_dir, device, q_offset=seq - q_len)
-                block_mask = None
-                if mask_mod is not None:
-                    # The second build is timed (the first compiles).
-                    for _ in range(2):
-                        torch.cuda.synchronize()
-                        t0 = time.perf_counter()
-                        block_mask = create_block_mask(mask_mod, 1, heads if per_head else None, q_len, seq,
-                                                       device=device, BLOCK_SIZE=BLOCK, _compile=True)
-                        torch.cuda.synchronize()
-                    row["flex_mask_build_ms"] = (time.perf_counter() - t0) * 1e3
-                ms = timed(lambda: flex(q, k, v, block_mask=block_mask, enable_gqa=gqa))
-                row["flex_ms"] = ms
-                row["flex_tflops"] = tflops(kept, D, ms)
+                mask_mod, per_head = mask_mod_for(case, seq, heads, args.block, dump_dir, device,
+                                                  q_offset=seq - q_len)
+                for flex_block in flex_blocks:
+                    time_flex(row, f"flex_b{flex_block}", flex_block, mask_mod, per_head, q, k, v)
+                timed_blocks = [b for b in flex_blocks if f"flex_b{b}_ms" in row]
+                if timed_blocks:  # the faster of FlexAttention's block sizes
+                    best = min(timed_blocks, key=lambda b: row[f"flex_b{b}_ms"])
+                    row["flex_block"] = best
+                    row["flex_ms"] = row[f"flex_b{best}_ms"]
+                    row["flex_tflops"] = tflops(kept, D, row["flex_ms"])
                 results.append(row)
                 print(json.dumps(row), flush=True)
-                del block_mask
             dense_ms = next(r["spattn_ms"] for r in results if r["seq"] == seq and r["case"] == "dense") \
                 if "dense" in cases else None
             if dense_ms:
@@ -284,14 +313,18 @@ def measure(args):
     out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", f"cuda_{slug}.json")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
-        json.dump({"card": card, "torch": torch.__version__, "dtype": "bf16", "batch": 1, "block": BLOCK,
+        json.dump({"card": card, "torch": torch.__version__, "dtype": "bf16", "batch": 1, "block": args.block,
                    "timing": "median of CUDA-event timings (spattn: its own events; peers: triton do_bench)",
                    "rest_ms": args.rest_ms, "warmup_ms": args.warmup_ms,
                    "results": results}, f, indent=1)
-    print(f"\n{card}, bf16, B=1, D={args.head_dim}, effective TFLOP/s on kept pairs (time ms)")
+    print(f"\n{card}, bf16, B=1, D={args.head_dim}, mask blocks {args.block}, "
+          "effective TFLOP/s on kept pairs (time ms)")
     print("| L (Lq x Lk) | H (q / kv) | pattern | density | spattn (kernel) | spattn sm80 | SDPA cuDNN | SDPA flash "
           "| FlexAttention | spattn / (d x dense) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
+    def flex_block(r):  # FlexAttention's block size where it had a choice
+        return f" (blocks {r['flex_block']})" if len(flex_blocks) > 1 and "flex_block" in r else ""
+
     for r in results:
         def cell(key):
             if key + "_ms" not in r:
@@ -303,7 +336,7 @@ def measure(args):
         heads = r["heads"] if r["kv_heads"] == r["heads"] else f"{r['heads']} / {r['kv_heads']}"
         print(f"| {length} | {heads} | {r['case']} | {r['density']:.4f} | {cell('spattn')} "
               f"({r['spattn_kernel']}) | {cell('spattn_sm80')} | "
-              f"{cell('sdpa_cudnn')} | {cell('sdpa_flash')} | {cell('flex')} | "
+              f"{cell('sdpa_cudnn')} | {cell('sdpa_flash')} | {cell('flex')}{flex_block(r)} | "
               f"{'-' if ratio is None else f'{ratio:.2f}'} |")
     print(f"wrote {out}")
     return 0

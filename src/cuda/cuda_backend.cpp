@@ -253,7 +253,7 @@ void run_attention(cuda_detail::FwdParams p, const BlockMask& mask, DType dtype,
     cuda_detail::check_fwd_sm80_head_dim(p.head_dim);
     cuda_detail::check_tile_fit(mask, cuda_detail::kSm80NarrowTile);
   }
-  const cuda_detail::TileShape tile = cuda_detail::call_tile(sm90, p.head_dim, mask, true);
+  const cuda_detail::TileShape tile = cuda_detail::call_tile(sm90, p.head_dim, mask, true, p.packed.any());
   // The split's full runs depend on the tile (dilated_split.hpp), so it is made for the chosen kernel.
   const std::shared_ptr<const cuda_detail::DilatedSplit> split = call_split(mask, tile, p.q_heads, s);
   if (split) return run_dilated_split(*split, p, dtype, sm90, tile, s);
@@ -353,8 +353,10 @@ void cuda_prepare_mask(const BlockMask& mask) {
   if (cuda_kernel() != CudaKernel::Sm80 && cuda_detail::fwd_sm90_available()) {
     for (const cuda_detail::TileShape tile : {cuda_detail::kSm90WideTile, cuda_detail::kSm90NarrowTile})
       if (cuda_detail::tile_fits(mask, tile)) prepare(tile, true);
-    // The tall tile's plan where calls take it (varlen calls: they make no dilated split).
+    // The tall and the small tile's plans where calls take them (varlen
+    // calls: they make no dilated split).
     if (cuda_detail::sm90_tall_tile(mask, false)) prepare(cuda_detail::kSm90TallTile, false);
+    if (cuda_detail::sm90_small_tile(mask, false)) prepare(cuda_detail::kSm90SmallTile, true);
   }
 }
 

@@ -108,13 +108,24 @@ constexpr double kTallTileWorkSlack = 1.05;
 // share leaves a margin.
 constexpr double narrow_tile_work_share(int64_t head_dim) { return head_dim <= 64 ? 0.65 : 0.8; }
 
-// A forced tile choice (force_sm90_tall_tile, force_sm90_narrow_tile): -1
-// none, 0 never, 1 wherever it fits.
+// The small tile's plan must compute at most this share of the pairs of the
+// wide tile's plan (and of the narrow tile's plan over that tile's share):
+// it ran dense at D = 64 27% slower per pair than the tall tile, which runs
+// 7-10% faster than the wide one (same-run A/Bs on an H200); the share
+// leaves a margin.
+constexpr double kSmallTileWorkShare = 0.65;
+
+// A forced tile choice (force_sm90_tall_tile, force_sm90_narrow_tile,
+// force_sm90_small_tile): -1 none, 0 never, 1 wherever it fits.
 std::atomic<int>& forced_tall_tile() {
   static std::atomic<int> forced{-1};
   return forced;
 }
 std::atomic<int>& forced_narrow_tile() {
+  static std::atomic<int> forced{-1};
+  return forced;
+}
+std::atomic<int>& forced_small_tile() {
   static std::atomic<int> forced{-1};
   return forced;
 }
@@ -143,9 +154,23 @@ bool sm90_narrow_tile(int64_t head_dim, const BlockMask& mask, bool dilated_spli
   return plan_pairs(mask, kSm90NarrowTile) <= narrow_tile_work_share(head_dim) * plan_pairs(mask, kSm90WideTile);
 }
 
+bool sm90_small_tile(const BlockMask& mask, bool dilated_splits) {
+  const int forced = forced_small_tile().load();
+  if (forced == 0 || !tile_fits(mask, kSm90SmallTile) ||
+      (dilated_splits && tile_fits(mask, kSm90WideTile) && dilated_split(mask, kSm90WideTile)))
+    return false;
+  if (forced == 1) return true;
+  const double cost = plan_pairs(mask, kSm90SmallTile) / kSmallTileWorkShare;
+  if (tile_fits(mask, kSm90WideTile) && cost > plan_pairs(mask, kSm90WideTile)) return false;
+  constexpr int64_t kHeadDim = 64;  // the one head dim with the small tile (sm90_small_head_dim)
+  return !tile_fits(mask, kSm90NarrowTile) ||
+         cost <= plan_pairs(mask, kSm90NarrowTile) / narrow_tile_work_share(kHeadDim);
+}
+
 bool sm90_tile_fits(int64_t head_dim, const BlockMask& mask) {
   return tile_fits(mask, sm90_tile(head_dim)) ||
-         (sm90_narrow_option_head_dim(head_dim) && tile_fits(mask, kSm90NarrowTile));
+         (sm90_narrow_option_head_dim(head_dim) && tile_fits(mask, kSm90NarrowTile)) ||
+         (sm90_small_head_dim(head_dim) && tile_fits(mask, kSm90SmallTile));
 }
 
 std::optional<bool> force_sm90_tall_tile(std::optional<bool> tall) {
@@ -156,8 +181,14 @@ std::optional<bool> force_sm90_narrow_tile(std::optional<bool> narrow) {
   return exchange_forced(forced_narrow_tile(), narrow);
 }
 
-TileShape call_tile(bool sm90, int64_t head_dim, const BlockMask& mask, bool dilated_splits) {
+std::optional<bool> force_sm90_small_tile(std::optional<bool> small) {
+  return exchange_forced(forced_small_tile(), small);
+}
+
+TileShape call_tile(bool sm90, int64_t head_dim, const BlockMask& mask, bool dilated_splits, bool packed_heads) {
   if (sm90 && sm90_tall_head_dim(head_dim) && sm90_tall_tile(mask, dilated_splits)) return kSm90TallTile;
+  if (sm90 && sm90_small_head_dim(head_dim) && !packed_heads && sm90_small_tile(mask, dilated_splits))
+    return kSm90SmallTile;
   if (sm90 && sm90_narrow_option_head_dim(head_dim) && sm90_narrow_tile(head_dim, mask, dilated_splits))
     return kSm90NarrowTile;
   const bool wide = !sm90 && sm80_wide_head_dim(head_dim) && sm80_wide_tile(mask, dilated_splits);

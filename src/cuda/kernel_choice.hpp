@@ -50,14 +50,26 @@ bool sm90_tall_tile(const BlockMask& mask, bool dilated_splits);
 // says otherwise.
 bool sm90_narrow_tile(int64_t head_dim, const BlockMask& mask, bool dilated_splits);
 
+// Whether the sm90 kernel runs a call on `mask` at a head dim of
+// sm90_small_head_dim on its small tile (fwd_sm90.hpp): the blocks fit it,
+// where the call makes dilated splits (`dilated_splits`) the mask has none
+// on the wide tile, and its plan's pairs over kSmallTileWorkShare (its speed
+// per pair against the wide tile's) are no more than the wide tile's plan's
+// pairs nor the narrow tile's plan's over that tile's share (plan_key_tiles),
+// unless force_sm90_small_tile says otherwise.
+bool sm90_small_tile(const BlockMask& mask, bool dilated_splits);
+
 // Whether the mask's blocks fit a tile the sm90 kernel runs at `head_dim`
-// (its own, sm90_tile, or the narrow one where the head dim has it).
+// (its own, sm90_tile, or the narrow or small one where the head dim has it).
 bool sm90_tile_fits(int64_t head_dim, const BlockMask& mask);
 
 // The tile an attention call on `mask` runs (its plan is made for it): the
-// sm90 kernel's tall tile where sm90_tall_tile, its narrow tile where
-// sm90_narrow_tile, else kernel_tile with sm80_wide_tile.
-TileShape call_tile(bool sm90, int64_t head_dim, const BlockMask& mask, bool dilated_splits);
+// sm90 kernel's tall tile where sm90_tall_tile, its small tile where
+// sm90_small_tile (never for a call whose query heads are packed into the
+// rows of a tile, `packed_heads`: they take up to kMaxPackedRows rows), its
+// narrow tile where sm90_narrow_tile, else kernel_tile with sm80_wide_tile.
+TileShape call_tile(bool sm90, int64_t head_dim, const BlockMask& mask, bool dilated_splits,
+                    bool packed_heads = false);
 
 // The query heads per kv head a call on `mask` (validated against its
 // tensors) packs into the rows of one tile (PackedHeads in fwd_params.hpp), or 1
@@ -69,7 +81,7 @@ TileShape call_tile(bool sm90, int64_t head_dim, const BlockMask& mask, bool dil
 // one per query head and never packs). The kv head's keys and values are
 // then read once for all its query heads, and a tile computes G times as
 // many rows.
-constexpr int64_t kMaxPackedRows = 128;  // the kernels' smallest tile height
+constexpr int64_t kMaxPackedRows = 128;  // the smallest tile height calls with packed heads take
 int64_t packed_query_heads(int64_t q_len, int64_t q_heads, int64_t kv_heads, const BlockMask& mask);
 
 // Forces the sm90 tall-tile choice of call_tile: true takes the tall tile
@@ -82,5 +94,10 @@ std::optional<bool> force_sm90_tall_tile(std::optional<bool> tall);
 // blocks fit both tiles and the call makes no dilated split of the mask on
 // the wide one; masks that fit only the narrow tile take it either way).
 std::optional<bool> force_sm90_narrow_tile(std::optional<bool> narrow);
+
+// The same for the sm90 small-tile choice of call_tile (true: wherever the
+// blocks fit it and the call makes no dilated split of the mask on the wide
+// tile).
+std::optional<bool> force_sm90_small_tile(std::optional<bool> small);
 
 }  // namespace spattn::cuda_detail

@@ -1050,8 +1050,9 @@ TEST(CudaTilePlan, TallTileWhereItCostsNoMoreWork) {
 // blocks (its random blocks fill few 128-key tiles), not dense or causal
 // masks, BigBird on 128 x 128 blocks, nor a call that makes a dilated split
 // on the wide tile; and wherever the blocks fit no 128-key tile (192 keys),
-// whatever is forced. Always at D = 256 (its own tile).
-// Host-only: the choice needs no device.
+// whatever is forced. Always at D = 256 (its own tile). (The small tile,
+// which calls at D = 64 would take for several of these masks, is forced
+// off.) Host-only: the choice needs no device.
 TEST(CudaTilePlan, NarrowTileWhereItSavesWork) {
   const auto tile_of = [](const Pattern& pattern, int64_t len, int64_t block_q, int64_t block_k, int64_t head_dim,
                           bool splits) {
@@ -1059,6 +1060,7 @@ TEST(CudaTilePlan, NarrowTileWhereItSavesWork) {
     const TileShape t = cuda_detail::call_tile(true, head_dim, mask, splits);
     return std::to_string(t.rows) + "x" + std::to_string(t.cols);
   };
+  const ForcedSm90Tile no_small(cuda_detail::force_sm90_small_tile, false);
   const Pattern bigbird64 = Pattern::bigbird(16384, 64, 3, 1, 3, 0);
   EXPECT_EQ(tile_of(bigbird64, 16384, 64, 64, 128, true), "128x64");
   EXPECT_EQ(tile_of(bigbird64, 16384, 64, 64, 64, true), "128x64");
@@ -1096,6 +1098,37 @@ TEST(CudaTilePlan, NarrowTileWhereItSavesWork) {
   const ForcedSm90Tile never(cuda_detail::force_sm90_narrow_tile, false);
   EXPECT_EQ(tile_of(bigbird64, 16384, 64, 64, 128, true), "128x128");
   EXPECT_EQ(tile_of(Pattern::causal(), 4096, 128, 192, 128, true), "128x64");
+}
+
+// The sm90 kernel's small tile (64 x 64, two CTAs per multiprocessor) runs
+// a call at head dim 64 where its plan's pairs over its speed per pair
+// (kSmallTileWorkShare) are no more than the wide tile's plan's pairs and
+// the narrow tile's over that tile's share: BigBird on 64 x 64 blocks (its
+// plan computes 39% of the wide plan's pairs, the narrow plan 62%), not
+// BigBird on 128 x 128 blocks nor causal masks on blocks of 64 (whose small
+// plan computes 99.8% of the wide one's); never at D = 128, nor for a call
+// whose query heads are packed into a tile's rows. Host-only.
+TEST(CudaTilePlan, SmallTileWhereItSavesWork) {
+  const auto tile_of = [](const Pattern& pattern, int64_t block, int64_t head_dim, bool packed = false) {
+    const BlockMask mask = BlockMask::build(pattern, MaskShape{16384, 16384, block, block, 1});
+    const TileShape t = cuda_detail::call_tile(true, head_dim, mask, true, packed);
+    return std::to_string(t.rows) + "x" + std::to_string(t.cols);
+  };
+  const Pattern bigbird64 = Pattern::bigbird(16384, 64, 3, 1, 3, 0);
+  EXPECT_EQ(tile_of(bigbird64, 64, 64), "64x64");
+  EXPECT_EQ(tile_of(bigbird64, 64, 128), "128x64");
+  EXPECT_EQ(tile_of(bigbird64, 64, 64, true), "128x64");
+  EXPECT_EQ(tile_of(Pattern::bigbird(16384, 128, 3, 1, 3, 0), 128, 64), "128x128");
+  EXPECT_EQ(tile_of(Pattern::causal(), 64, 64), "192x128");
+  {
+    const ForcedTallTile no_tall(false);
+    EXPECT_EQ(tile_of(Pattern::causal(), 64, 64), "128x128");
+    const ForcedSm90Tile always(cuda_detail::force_sm90_small_tile, true);
+    EXPECT_EQ(tile_of(Pattern::dense(), 128, 64), "64x64");
+    EXPECT_EQ(tile_of(Pattern::dense(), 128, 64, true), "128x128");
+  }
+  const ForcedSm90Tile never(cuda_detail::force_sm90_small_tile, false);
+  EXPECT_EQ(tile_of(bigbird64, 64, 64), "128x64");
 }
 
 TEST(CudaBackend, AttentionDispatchesDevicePointersToCuda) {

@@ -377,9 +377,10 @@ INSTANTIATE_TEST_SUITE_P(Forced, GpuKernels, ::testing::Values(CudaKernel::Sm80,
                          forced_kernel_name);
 
 // The Hopper kernel's optional tiles, each forced wherever the mask's blocks
-// fit it (and the other option forced off): the tall tile (three consumer
-// warpgroups, 192 x 128) at head dim 64 and the narrow tile (128 x 64) at
-// head dims 64 and 128. On its own, call_tile
+// fit it (and the other options forced off): the tall tile (three consumer
+// warpgroups, 192 x 128) and the small tile (64 x 64, one consumer warpgroup,
+// two CTAs per multiprocessor) at head dim 64, and the narrow tile (128 x 64)
+// at head dims 64 and 128. On its own, call_tile
 // takes them only where their plans compute few enough pairs, which leaves
 // most small problems on the 128 x 128 tile. Every pattern and both dtypes
 // on 64- and 128-row mask blocks (the tall tile's rows overlap the latter
@@ -391,9 +392,13 @@ struct Sm90TileOption {
   const char* name;
   int64_t head_dim;
   cuda_detail::TileShape tile;
-  ForcedSm90Tile::Force force;  // taken wherever it fits
-  ForcedSm90Tile::Force other;  // never taken
+  ForcedSm90Tile::Force force;  // taken wherever it fits; the other options never
 };
+
+// Every optional sm90 tile's forcing switch.
+constexpr ForcedSm90Tile::Force kSm90TileForces[] = {cuda_detail::force_sm90_tall_tile,
+                                                     cuda_detail::force_sm90_narrow_tile,
+                                                     cuda_detail::force_sm90_small_tile};
 
 class GpuSm90TileOption : public ::testing::TestWithParam<Sm90TileOption> {
  protected:
@@ -402,12 +407,11 @@ class GpuSm90TileOption : public ::testing::TestWithParam<Sm90TileOption> {
     if (!cuda_sm90_kernel_available() || !cuda_detail::fwd_sm90_supports_head_dim(GetParam().head_dim))
       GTEST_SKIP() << "no sm90 kernel for head dim " << GetParam().head_dim << " on this device and build";
     kernel_ = std::make_unique<ForcedKernel>(CudaKernel::Sm90);
-    tile_ = std::make_unique<ForcedSm90Tile>(GetParam().force, true);
-    other_tile_ = std::make_unique<ForcedSm90Tile>(GetParam().other, false);
+    for (ForcedSm90Tile::Force force : kSm90TileForces)
+      tiles_.push_back(std::make_unique<ForcedSm90Tile>(force, force == GetParam().force));
   }
   void TearDown() override {
-    other_tile_.reset();
-    tile_.reset();
+    tiles_.clear();
     kernel_.reset();
   }
 
@@ -420,7 +424,7 @@ class GpuSm90TileOption : public ::testing::TestWithParam<Sm90TileOption> {
     const BlockMask mask =
         BlockMask::build(pr.pattern, MaskShape{pr.q_len, pr.k_len, pr.block_q, pr.block_k, pr.q_heads});
     const bool fits = cuda_detail::tile_fits(mask, option.tile);
-    EXPECT_EQ(fits, option.tile.rows == 128 || pr.block_q != 16 || pr.block_k != 16);
+    EXPECT_EQ(fits, option.tile.rows != cuda_detail::kSm90TallTile.rows || pr.block_q != 16 || pr.block_k != 16);
     const cuda_detail::TileShape taken = cuda_detail::call_tile(true, pr.head_dim, mask, true);
     const cuda_detail::TileShape wanted = fits ? option.tile : cuda_detail::sm90_tile(pr.head_dim);
     EXPECT_EQ(taken.rows, wanted.rows);
@@ -430,8 +434,7 @@ class GpuSm90TileOption : public ::testing::TestWithParam<Sm90TileOption> {
 
  private:
   std::unique_ptr<ForcedKernel> kernel_;
-  std::unique_ptr<ForcedSm90Tile> tile_;
-  std::unique_ptr<ForcedSm90Tile> other_tile_;
+  std::vector<std::unique_ptr<ForcedSm90Tile>> tiles_;
 };
 
 TEST_P(GpuSm90TileOption, EveryPatternBothDtypesBothBlockRows) {
@@ -487,12 +490,12 @@ TEST_P(GpuSm90TileOption, ShapesBlocksAndOrders) {
 
 INSTANTIATE_TEST_SUITE_P(
     Forced, GpuSm90TileOption,
-    ::testing::Values(Sm90TileOption{"tall", 64, cuda_detail::kSm90TallTile, cuda_detail::force_sm90_tall_tile,
-                                     cuda_detail::force_sm90_narrow_tile},
+    ::testing::Values(Sm90TileOption{"tall", 64, cuda_detail::kSm90TallTile, cuda_detail::force_sm90_tall_tile},
+                      Sm90TileOption{"small", 64, cuda_detail::kSm90SmallTile, cuda_detail::force_sm90_small_tile},
                       Sm90TileOption{"narrow64", 64, cuda_detail::kSm90NarrowTile,
-                                     cuda_detail::force_sm90_narrow_tile, cuda_detail::force_sm90_tall_tile},
+                                     cuda_detail::force_sm90_narrow_tile},
                       Sm90TileOption{"narrow", 128, cuda_detail::kSm90NarrowTile,
-                                     cuda_detail::force_sm90_narrow_tile, cuda_detail::force_sm90_tall_tile}),
+                                     cuda_detail::force_sm90_narrow_tile}),
     [](const ::testing::TestParamInfo<Sm90TileOption>& info) { return std::string(info.param.name); });
 
 // Small problems through each path of the Hopper kernel (mask walked directly
@@ -541,6 +544,7 @@ TEST(GpuSanitizerSm90, EachKernelPath) {
     // blocks of 192 keys.
     const ForcedSm90Tile narrow(cuda_detail::force_sm90_narrow_tile, true);
     const ForcedTallTile no_tall(false);
+    const ForcedSm90Tile no_small(cuda_detail::force_sm90_small_tile, false);
     uint64_t seed = 10;
     for (int64_t head_dim : {128, 64}) {
       GpuProblem bigbird;
@@ -554,6 +558,24 @@ TEST(GpuSanitizerSm90, EachKernelPath) {
       bigbird.block_k = 192;
       expect_matches_reference(bigbird, seed++);
     }
+  }
+  {
+    // D = 64 on the small tile (one consumer warpgroup, two CTAs per
+    // multiprocessor): BigBird on 64-row blocks (full tiles, two score
+    // tiles), a window on 32-row blocks (partial tiles), ragged ends.
+    const ForcedSm90Tile small(cuda_detail::force_sm90_small_tile, true);
+    const ForcedTallTile no_tall(false);
+    GpuProblem bigbird;
+    bigbird.pattern = Pattern::bigbird(700, 64, 3, 1, 3, 11);
+    bigbird.q_len = bigbird.k_len = 700;
+    bigbird.block_q = bigbird.block_k = 64;
+    bigbird.head_dim = 64;
+    expect_matches_reference(bigbird, 14);
+    bigbird.pattern = Pattern::sliding_window(90, 20);
+    bigbird.q_len = 300;
+    bigbird.k_len = 500;
+    bigbird.block_q = bigbird.block_k = 32;
+    expect_matches_reference(bigbird, 15);
   }
   const ForcedTallTile tall(true);  // three consumer warpgroups: full, partial, ragged tiles and a derived plan
   expect_matches_reference(pr, 7);

@@ -44,6 +44,16 @@ constexpr bool sm90_narrow_option_head_dim(int64_t head_dim) { return head_dim =
 constexpr TileShape kSm90TallTile{192, 128};
 constexpr bool sm90_tall_head_dim(int64_t head_dim) { return head_dim <= 64; }
 
+// At head dim 64 the kernel also runs 64 x 64 tiles, one consumer warpgroup
+// per CTA and two CTAs per multiprocessor, for masks of scattered 64 x 64
+// blocks (BigBird's, random blocks): a 128-row tile holds two mask rows,
+// whose kept blocks seldom meet, so a warpgroup often has no products for a
+// tile while the other computes. The call takes it where its plan computes
+// a small enough share of the other tiles' pairs (call_tile in
+// kernel_choice.hpp).
+constexpr TileShape kSm90SmallTile{64, 64};
+constexpr bool sm90_small_head_dim(int64_t head_dim) { return head_dim == 64; }
+
 // True when this build holds sm_90a code and the current device has compute
 // capability 9.0 (sm_90a code runs on no other).
 bool fwd_sm90_available();
@@ -57,8 +67,9 @@ bool fwd_sm90_supports_head_dim(int64_t head_dim);
 // Launches the kernel for `dtype` (fp16 or bf16), p.head_dim and the tile
 // p.plan was made for on `stream` (a persistent grid of one CTA per
 // multiprocessor), then the merge of split rows. p.plan must be the plan of
-// sm90_tile(p.head_dim), of kSm90TallTile where sm90_tall_head_dim, or of
-// kSm90NarrowTile where sm90_narrow_option_head_dim (a dilated split's
+// sm90_tile(p.head_dim), of kSm90TallTile where sm90_tall_head_dim, of
+// kSm90SmallTile where sm90_small_head_dim, or of kSm90NarrowTile where
+// sm90_narrow_option_head_dim (a dilated split's
 // passes: of the split made for that tile); a varlen batch needs
 // p.varlen.total_q and total_k > 0; p.partial_o / p.partial_lse must hold
 // partial_o_floats / partial_lse_floats(p, p.plan.tile_rows) floats
@@ -66,8 +77,9 @@ bool fwd_sm90_supports_head_dim(int64_t head_dim);
 void run_fwd_sm90(const FwdParams& p, DType dtype, cudaStream_t stream);
 
 // One instantiation per (element type, head dim, tile: sm90_tile, and
-// kSm90TallTile or kSm90NarrowTile where the head dim has that option; the
-// tile's rows give the consumer warpgroups, 64 rows each), defined in
+// kSm90TallTile, kSm90SmallTile or kSm90NarrowTile where the head dim has
+// that option; the tile's rows give the consumer warpgroups, 64 rows each),
+// defined in
 // cuda/instantiations/.
 template <typename T, int kHeadDim, int kTileRows, int kTileCols>
 void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream);

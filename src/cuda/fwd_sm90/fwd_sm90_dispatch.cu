@@ -30,12 +30,16 @@ constexpr int kBuiltHeadDims[] = {
 constexpr bool is_built(int64_t head_dim) { return head_dim_in(kBuiltHeadDims, head_dim); }
 
 // The instantiation for the plan's tile: the head dim's own (sm90_tile), or
-// the tall or narrow one where the head dim has that option.
+// the tall, small or narrow one where the head dim has that option.
 template <typename T, int kHeadDim>
 void launch_for_tile(const FwdParams& p, cudaStream_t stream) {
   if constexpr (sm90_tall_head_dim(kHeadDim)) {
     if (p.plan.tile_rows == kSm90TallTile.rows)
       return launch_fwd_sm90<T, kHeadDim, kSm90TallTile.rows, kSm90TallTile.cols>(p, stream);
+  }
+  if constexpr (sm90_small_head_dim(kHeadDim)) {
+    if (p.plan.tile_rows == kSm90SmallTile.rows)
+      return launch_fwd_sm90<T, kHeadDim, kSm90SmallTile.rows, kSm90SmallTile.cols>(p, stream);
   }
   if constexpr (sm90_narrow_option_head_dim(kHeadDim)) {
     if (p.plan.tile_cols == kSm90NarrowTile.cols)

@@ -1,7 +1,8 @@
 // cuda/fwd_sm90/fwd_sm90_kernel.cuh - the Hopper-native fused block-sparse
 // attention forward kernel (sm_90a): TMA copies on mbarriers, wgmma, and warp
 // specialisation (FlashAttention-3 structure, one consumer warpgroup per 64
-// query rows: two, or three on the 192-row tile at head dims up to 64).
+// query rows: two, three on the 192-row tile at head dims up to 64, or one on
+// the 64 x 64 tile, two CTAs to a multiprocessor).
 //
 // Persistent grid: CTA c runs work unit c, then units drawn from a counter
 // (UnitRing), of the plan's items (longest first, tile_plan.hpp) times
@@ -12,7 +13,7 @@
 //     the ring: K(n) on "K full", V(n) on "V full"; only kept tiles are ever
 //     loaded. Q (once per unit, when the consumers have freed it) follows the
 //     unit's first K and V.
-//   consumers (two or three warpgroups, 64 rows each), per tile:
+//   consumers (one to three warpgroups, 64 rows each), per tile:
 //     wait K(n); S = Q K(n)^T            (wgmma, both from shared memory)
 //     mask S: nothing on full tiles, key bounds on a ragged last tile, the
 //             sub-block bits and the pattern predicate on partial tiles; in
@@ -237,17 +238,19 @@ __device__ __forceinline__ void produce(const FwdParams& p, const Sm90TensorMaps
 // group waits on its own named barrier, which the group before it completes
 // with pass_turn (and, once, the last group's start completes group 0's);
 // every group issues the same number of times, since they walk the same tiles.
+// A single group (the 64 x 64 tile) has no turns to take.
 template <int kGroups>
 struct IssueOrder {
   int group;
   __device__ __forceinline__ void start() const {
-    if (group == kGroups - 1) named_barrier_arrive(kFirstBarrier, 256);
+    if constexpr (kGroups > 1)
+      if (group == kGroups - 1) named_barrier_arrive(kFirstBarrier, 256);
   }
   __device__ __forceinline__ void wait_turn() const {
-    named_barrier_sync(kFirstBarrier + group, 256);
+    if constexpr (kGroups > 1) named_barrier_sync(kFirstBarrier + group, 256);
   }
   __device__ __forceinline__ void pass_turn() const {
-    named_barrier_arrive(kFirstBarrier + next_group(), 256);
+    if constexpr (kGroups > 1) named_barrier_arrive(kFirstBarrier + next_group(), 256);
   }
   __device__ __forceinline__ int next_group() const {
     if constexpr (kGroups == 2) return 1 - group;
@@ -699,7 +702,7 @@ __device__ __forceinline__ void consume(const FwdParams& p, const Sm90Smem<Tr>& 
 }
 
 template <typename Tr>
-__global__ void __launch_bounds__(Tr::kThreads, 1)
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kCtasPerSm)
     fwd_sm90_kernel(const FwdParams p, const __grid_constant__ Sm90TensorMaps maps, const Sm90Schedule schedule) {
   extern __shared__ __align__(1024) unsigned char smem[];
   const Sm90Smem<Tr> sm{(smem_address(smem) + 1023u) & ~1023u};

@@ -1,8 +1,8 @@
 // cuda/fwd_sm90/fwd_sm90_launch.cuh - the launch of one instantiation of the
 // Hopper forward kernel: the tensor maps of q, k and v (over the packed rows
 // of a varlen batch), the dynamic
-// shared-memory limit, a persistent grid of one CTA per multiprocessor (or
-// fewer when there is less work) with its zeroed work counter (or a static
+// shared-memory limit, a persistent grid of one CTA per multiprocessor (two
+// for the 64 x 64 tile; fewer when there is less work) with its zeroed work counter (or a static
 // stride over units of equal length), then the merge of split rows.
 #pragma once
 
@@ -45,7 +45,7 @@ void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   const int64_t units = p.plan.num_items * launch_copies(p);
   require(units <= INT32_MAX, "CUDA sm90 kernel: ", units,
           " work units (plan items x batch x query heads per mask head) exceed 2^31 - 1");
-  const int64_t ctas = std::min<int64_t>(units, device.sms);
+  const int64_t ctas = std::min<int64_t>(units, device.sms * Tr::kCtasPerSm);
   if (ctas > 0) {
     // The units drawn after each CTA's first, from a zeroed counter; none
     // where a static stride serves as well (items_of_equal_length).

@@ -5,8 +5,9 @@
 // tiles of kBlockN keys (128, or 64: at head dim 256, and at head dim 128 for
 // masks whose blocks fill 64-key tiles better; the tiles in fwd_sm90.hpp):
 // warpgroup 0 is the producer (one thread issues the TMA copies; it keeps few
-// registers), the others are consumers (two, or three on the 192-row tile at
-// head dims up to 64), each owning 64 query rows
+// registers), the others are consumers (two; three on the 192-row tile at
+// head dims up to 64; one on the 64 x 64 tile, which runs two CTAs per
+// multiprocessor), each owning 64 query rows
 // (one wgmma m64 tile; warp w of the pair owns rows 16 w .. 16 w + 15 in the
 // m16n8 accumulator layout, so the shared mask and softmax code of the sm80
 // kernel applies with kMAtoms = 1, kNAtoms = kBlockN / 8).
@@ -31,6 +32,9 @@ struct Sm90Traits {
   static constexpr int kConsumerGroups = kConsumerGroups_;
   static constexpr int kBlockM = 64 * kConsumerGroups;  // query rows per CTA
   static constexpr int kBlockN = kBlockN_;  // keys per tile
+  // CTAs per multiprocessor: two of one consumer warpgroup each, whose
+  // products and softmax interleave as two warpgroups of one CTA do.
+  static constexpr int kCtasPerSm = kConsumerGroups == 1 ? 2 : 1;
   static constexpr int kConsumerThreads = kConsumerGroups * 128;
   static constexpr int kThreads = 128 + kConsumerThreads;
   static constexpr int kGroupRows = kBlockM / kConsumerGroups;  // rows of one wgmma m64 tile
@@ -49,8 +53,10 @@ struct Sm90Traits {
   // the branches cost more than they save (causal at mask block 64 on the
   // wide tile -7%, dense on the tall tile -6%).
   static constexpr bool kSkipsEmptyGroupTiles = kBlockN == 64 && kHeadDim <= 128;
-  static_assert(kConsumerGroups == 2 || (kConsumerGroups == 3 && kHeadDim <= 64),
-                "three consumer groups fit the registers at head dims up to 64");
+  static_assert(kConsumerGroups == 2 || (kConsumerGroups == 3 && kHeadDim <= 64) ||
+                    (kConsumerGroups == 1 && kBlockN == 64 && kHeadDim <= 64),
+                "three consumer groups fit the registers at head dims up to 64; one group (two CTAs per "
+                "multiprocessor) fits the shared memory with 64-key tiles at head dims up to 64");
   static_assert(kBlockN == 64 || (kBlockN == 128 && kHeadDim <= 128),
                 "64-key tiles, or 128-key tiles at head dims up to 128 (whose scores fit beside O)");
   // Two score tiles in registers for units whose tiles are all full
@@ -58,12 +64,12 @@ struct Sm90Traits {
   // as its products; at D = 128 the second tile does not fit beside O, nor
   // with three consumer groups (which hide one group's exponentials behind
   // the other two groups' products instead).
-  static constexpr bool kTwoScoreTiles = kHeadDim <= 64 && kConsumerGroups == 2;
+  static constexpr bool kTwoScoreTiles = kHeadDim <= 64 && kConsumerGroups <= 2;
   // Every eighth 8-key column's exponentials on the FMA pipe
   // (online_softmax.cuh) where two consumer groups meet D = 64's
   // exponentials; the three-group kernel, whose groups hide each other's
   // exponentials, runs faster with none there (same-run A/B: 1.8-3.7%).
-  static constexpr int kExp2PolyEvery = kHeadDim <= 64 && kConsumerGroups == 2 ? 8 : 0;
+  static constexpr int kExp2PolyEvery = kHeadDim <= 64 && kConsumerGroups <= 2 ? 8 : 0;
   // Registers per thread after setmaxnreg, within the CTA's pool (the launch
   // bound's count; a larger total would leave setmaxnreg waiting forever).
   // Two consumer groups: 384 x 168, as 128 x 40 + 256 x 232 = 64512. With 24
@@ -71,10 +77,11 @@ struct Sm90Traits {
   // in its tile loop; at 40 it keeps one word (the grid size) in local
   // memory, reloaded once per unit. The consumers fit 232. Three groups:
   // 512 x 128, as 128 x 32 + 384 x 160 = 65536 (the consumers spill a few
-  // words: one score tile, P and an O of 32 registers at D = 64).
-  static constexpr int kProducerRegisters = kConsumerGroups == 2 ? 40 : 32;
-  static constexpr int kConsumerRegisters = kConsumerGroups == 2 ? 232 : 160;
-  static constexpr int kRegisterPool = kThreads * (65536 / kThreads / 8 * 8);  // launch bound: one CTA per SM
+  // words: one score tile, P and an O of 32 registers at D = 64). One group,
+  // two CTAs per multiprocessor: 256 x 128 each, as 128 x 40 + 128 x 216.
+  static constexpr int kProducerRegisters = kConsumerGroups == 3 ? 32 : 40;
+  static constexpr int kConsumerRegisters = kConsumerGroups == 1 ? 216 : (kConsumerGroups == 2 ? 232 : 160);
+  static constexpr int kRegisterPool = kThreads * (65536 / kCtasPerSm / kThreads / 8 * 8);  // the launch bound's
   static_assert(128 * kProducerRegisters + kConsumerThreads * kConsumerRegisters <= kRegisterPool,
                 "setmaxnreg stays within the CTA's register pool");
 
@@ -98,6 +105,7 @@ struct Sm90Traits {
   static_assert(kHeadDim % kPanelCols == 0, "head dim is a whole number of 128-byte panels");
   static_assert(kMAtoms * kNAtoms * 4 <= 64, "the partial-tile mask is one 64-bit word per thread");
   static_assert(kSmemBytes <= 227 * 1024, "fits the shared memory of an sm90 CTA");
+  static_assert(kCtasPerSm * (kSmemBytes + 1024) <= 228 * 1024, "the CTAs fit one multiprocessor's shared memory");
 };
 
 }  // namespace spattn::cuda_detail

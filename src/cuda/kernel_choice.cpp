@@ -103,9 +103,10 @@ double plan_pairs(const BlockMask& mask, TileShape tile) {
 constexpr double kTallTileWorkSlack = 1.05;
 
 // The narrow tile's plan must compute at most this share of the wide tile's
-// pairs to run faster: its kernel runs dense about 20% slower per pair at
-// D = 128 and 31% slower at D = 64 (same-run A/Bs on an H200), where the
-// share leaves a margin.
+// pairs to run faster: its kernel runs dense about 20% slower per pair than
+// the wide tile at D = 128, and 31% slower than the tall tile (which dense
+// calls take) at D = 64, where the share leaves a margin (same-run A/Bs on
+// an H200).
 constexpr double narrow_tile_work_share(int64_t head_dim) { return head_dim <= 64 ? 0.65 : 0.8; }
 
 // The small tile's plan must compute at most this share of the pairs of the

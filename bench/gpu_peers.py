@@ -322,7 +322,7 @@ def measure(args):
     print("| L (Lq x Lk) | H (q / kv) | pattern | density | spattn (kernel) | spattn sm80 | SDPA cuDNN | SDPA flash "
           "| FlexAttention | spattn / (d x dense) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    def flex_block(r):  # FlexAttention's block size where it had a choice
+    def flex_block_note(r):  # FlexAttention's block size where it had a choice
         return f" (blocks {r['flex_block']})" if len(flex_blocks) > 1 and "flex_block" in r else ""
 
     for r in results:
@@ -336,7 +336,7 @@ def measure(args):
         heads = r["heads"] if r["kv_heads"] == r["heads"] else f"{r['heads']} / {r['kv_heads']}"
         print(f"| {length} | {heads} | {r['case']} | {r['density']:.4f} | {cell('spattn')} "
               f"({r['spattn_kernel']}) | {cell('spattn_sm80')} | "
-              f"{cell('sdpa_cudnn')} | {cell('sdpa_flash')} | {cell('flex')}{flex_block(r)} | "
+              f"{cell('sdpa_cudnn')} | {cell('sdpa_flash')} | {cell('flex')}{flex_block_note(r)} | "
               f"{'-' if ratio is None else f'{ratio:.2f}'} |")
     print(f"wrote {out}")
     return 0

@@ -16,8 +16,8 @@
 # Environment: BUILD (build dir, default build-gpu), CUDA_ARCHS (default 90),
 # HEAD_DIMS (SPATTN_CUDA_HEAD_DIMS of the build, default all),
 # CASES (benchmark cases of the bench stage, default all), HEAD_DIM (of the
-# bench and peers stages, default 128), BLOCK (mask blocks of the peers stage,
-# default 128), PROFILE_CASE (of the profile stage, default dense),
+# bench and peers stages, default 128), PEERS_BLOCK (mask blocks of the peers
+# stage, default 128), PROFILE_CASE (of the profile stage, default dense),
 # PROFILE_SKIP (kernel launches of that case skipped before the profiled one,
 # default 1: a dilated case's launches are rest pass, permuted pass, ...),
 # PROFILE_SHAPE (seq x heads x head dim of the profile stage, default 16384x16x128),
@@ -174,7 +174,7 @@ fi
 
 if want peers; then
   PYTHONUNBUFFERED=1 step peers peers.log python3 bench/gpu_peers.py --bench "$BUILD/bench/spattn_cuda_bench" \
-    --shapes "${SHAPES:-32768x16,131072x8}" --head-dim "${HEAD_DIM:-128}" --block "${BLOCK:-128}" \
+    --shapes "${SHAPES:-32768x16,131072x8}" --head-dim "${HEAD_DIM:-128}" --block "${PEERS_BLOCK:-128}" \
     --out "$LOG/cuda_peers.json"
   sed -n '/^|/p' "$LOG/peers.log"
 fi

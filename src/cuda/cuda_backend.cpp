@@ -113,7 +113,8 @@ cuda_detail::FwdParams packed_view(cuda_detail::FwdParams p, int64_t pack) {
 
 // Whether the Hopper kernel runs this call (choose_sm90 with the mask's fit).
 bool use_sm90(const cuda_detail::FwdParams& p, const BlockMask& mask) {
-  return cuda_detail::choose_sm90("CUDA backend", p.head_dim, cuda_detail::sm90_tile_fits(p.head_dim, mask),
+  return cuda_detail::choose_sm90("CUDA backend", p.head_dim,
+                                  cuda_detail::sm90_tile_fits(p.head_dim, mask, p.packed.any()),
                                   [&] { cuda_detail::check_tile_fit(mask, cuda_detail::sm90_tile(p.head_dim)); });
 }
 
@@ -126,7 +127,9 @@ bool use_sm90(const cuda_detail::FwdParams& p, const BlockMask& mask) {
 // as split rows do). Two per multiprocessor ran fastest on both kernels
 // (H100, 1 x 128K keys, docs/cuda.md): the sm90 kernel's one CTA per
 // multiprocessor takes two units in turn, and the sm80 kernel's two CTAs
-// take one each. Otherwise the plan that keeps whole every row no longer
+// take one each. (The sm90 kernel's small tile, which packed calls never
+// take, runs two CTAs per multiprocessor; its calls are counted as one per
+// multiprocessor here too, the setting its speed was measured with.) Otherwise the plan that keeps whole every row no longer
 // than the call's key tiles per running CTA (rounded down to a power of
 // two, so that calls of similar size share a plan; device_whole_row_plan):
 // started first, such a row ends no later than the others, and needs no

@@ -135,6 +135,13 @@ std::optional<bool> exchange_forced(std::atomic<int>& forced, std::optional<bool
   return before < 0 ? std::nullopt : std::optional<bool>(before == 1);
 }
 
+// Whether the small tile takes the mask's blocks: they fit it, and are at
+// least 16 on each side (blocks of 8 would split it into 8 x 8 sub-blocks,
+// which no other tile has and its tests do not cover).
+bool small_tile_fits(const BlockMask& mask) {
+  return tile_fits(mask, kSm90SmallTile) && mask.block_q() >= 16 && mask.block_k() >= 16;
+}
+
 }  // namespace
 
 bool sm90_tall_tile(const BlockMask& mask, bool dilated_splits) {
@@ -157,7 +164,7 @@ bool sm90_narrow_tile(int64_t head_dim, const BlockMask& mask, bool dilated_spli
 
 bool sm90_small_tile(const BlockMask& mask, bool dilated_splits) {
   const int forced = forced_small_tile().load();
-  if (forced == 0 || !tile_fits(mask, kSm90SmallTile) ||
+  if (forced == 0 || !small_tile_fits(mask) ||
       (dilated_splits && tile_fits(mask, kSm90WideTile) && dilated_split(mask, kSm90WideTile)))
     return false;
   if (forced == 1) return true;
@@ -168,10 +175,10 @@ bool sm90_small_tile(const BlockMask& mask, bool dilated_splits) {
          cost <= plan_pairs(mask, kSm90NarrowTile) / narrow_tile_work_share(kHeadDim);
 }
 
-bool sm90_tile_fits(int64_t head_dim, const BlockMask& mask) {
+bool sm90_tile_fits(int64_t head_dim, const BlockMask& mask, bool packed_heads) {
   return tile_fits(mask, sm90_tile(head_dim)) ||
          (sm90_narrow_option_head_dim(head_dim) && tile_fits(mask, kSm90NarrowTile)) ||
-         (sm90_small_head_dim(head_dim) && tile_fits(mask, kSm90SmallTile));
+         (sm90_small_head_dim(head_dim) && !packed_heads && small_tile_fits(mask));
 }
 
 std::optional<bool> force_sm90_tall_tile(std::optional<bool> tall) {

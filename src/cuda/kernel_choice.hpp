@@ -42,8 +42,9 @@ bool sm80_wide_tile(const BlockMask& mask, bool dilated_splits);
 bool sm90_tall_tile(const BlockMask& mask, bool dilated_splits);
 
 // Whether the sm90 kernel runs a call on `mask` at `head_dim` (one of
-// sm90_narrow_option_head_dim) on its narrow tile (fwd_sm90.hpp): the blocks
-// fit it and not the wide tile; or they fit both, where the call makes
+// sm90_narrow_option_head_dim) on its narrow tile (fwd_sm90.hpp), where
+// call_tile asks after the tall and the small tile: the blocks fit it and
+// not the wide tile; or they fit both, where the call makes
 // dilated splits (`dilated_splits`) the mask has none on the wide tile, and
 // the narrow tile's plan computes at most 80% (D = 128) or 65% (D = 64) of
 // the wide tile's pairs (plan_key_tiles), unless force_sm90_narrow_tile
@@ -60,8 +61,10 @@ bool sm90_narrow_tile(int64_t head_dim, const BlockMask& mask, bool dilated_spli
 bool sm90_small_tile(const BlockMask& mask, bool dilated_splits);
 
 // Whether the mask's blocks fit a tile the sm90 kernel runs at `head_dim`
-// (its own, sm90_tile, or the narrow or small one where the head dim has it).
-bool sm90_tile_fits(int64_t head_dim, const BlockMask& mask);
+// (its own, sm90_tile, or the narrow or small one where the head dim has it;
+// not the small one for a call whose query heads are packed into the rows of
+// a tile, `packed_heads`, as call_tile).
+bool sm90_tile_fits(int64_t head_dim, const BlockMask& mask, bool packed_heads);
 
 // The tile an attention call on `mask` runs (its plan is made for it): the
 // sm90 kernel's tall tile where sm90_tall_tile, its small tile where

@@ -1131,6 +1131,22 @@ TEST(CudaTilePlan, SmallTileWhereItSavesWork) {
   EXPECT_EQ(tile_of(bigbird64, 64, 64), "128x64");
 }
 
+// Blocks of 192 query rows fit only the sm90 kernel's small tile among the
+// 128- and 64-row tiles: calls at D = 64 run it, packed calls (and every
+// other head dim) find no sm90 tile; blocks of 8 run on no sm90 tile.
+// Host-only.
+TEST(CudaTilePlan, OnlyTheSmallTileFitsRowsOf192) {
+  const BlockMask rows192 = BlockMask::build(Pattern::causal(), MaskShape{4096, 4096, 192, 64, 1});
+  EXPECT_TRUE(cuda_detail::sm90_tile_fits(64, rows192, false));
+  EXPECT_FALSE(cuda_detail::sm90_tile_fits(64, rows192, true));
+  EXPECT_FALSE(cuda_detail::sm90_tile_fits(128, rows192, false));
+  const TileShape t = cuda_detail::call_tile(true, 64, rows192, true);
+  EXPECT_EQ(t.rows, 64);
+  EXPECT_EQ(t.cols, 64);
+  const BlockMask blocks8 = BlockMask::build(Pattern::causal(), MaskShape{1024, 1024, 8, 8, 1});
+  EXPECT_FALSE(cuda_detail::sm90_tile_fits(64, blocks8, false));
+}
+
 TEST(CudaBackend, AttentionDispatchesDevicePointersToCuda) {
   SPATTN_REQUIRE_GPU();
   EXPECT_TRUE(backend_available(Backend::Cuda));

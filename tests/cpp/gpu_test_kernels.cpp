@@ -227,7 +227,7 @@ TEST_P(GpuKernels, GroupedQueryHeadsBatchesAndLayouts) {
 // Mask blocks 16..256 on both sides at head dims 128 and 64 (the sm80
 // kernel's 64- and 128-key tiles); blocks that fit only 64-key tiles
 // (block_k 192, 320) keep the sm80 kernel on its narrow tile at head dims 32
-// and 64, the sm90 kernel on its narrow tile at 64 (it has no head dim 32).
+// and 64, the sm90 kernel on its small tile at 64 (it has no head dim 32).
 TEST_P(GpuKernels, MaskBlockSizesAndEmptyRows) {
   std::mt19937_64 rng(2500);
   uint64_t seed = 2500;

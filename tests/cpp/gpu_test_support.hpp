@@ -64,7 +64,8 @@ class ForcedUnitOrder {
 };
 
 // Forces one of the sm90 tile choices (kernel_choice.hpp:
-// force_sm90_tall_tile, force_sm90_narrow_tile) for its lifetime.
+// force_sm90_tall_tile, force_sm90_narrow_tile, force_sm90_small_tile) for
+// its lifetime.
 class ForcedSm90Tile {
  public:
   using Force = std::optional<bool> (*)(std::optional<bool>);

@@ -66,7 +66,7 @@ bool fwd_sm90_supports_head_dim(int64_t head_dim);
 
 // Launches the kernel for `dtype` (fp16 or bf16), p.head_dim and the tile
 // p.plan was made for on `stream` (a persistent grid of one CTA per
-// multiprocessor), then the merge of split rows. p.plan must be the plan of
+// multiprocessor, two on the small tile), then the merge of split rows. p.plan must be the plan of
 // sm90_tile(p.head_dim), of kSm90TallTile where sm90_tall_head_dim, of
 // kSm90SmallTile where sm90_small_head_dim, or of kSm90NarrowTile where
 // sm90_narrow_option_head_dim (a dilated split's

@@ -2,8 +2,9 @@
 // shared-memory layout of the Hopper forward kernel.
 //
 // A CTA computes a query tile of 64 rows per consumer warpgroup against key
-// tiles of kBlockN keys (128, or 64: at head dim 256, and at head dim 128 for
-// masks whose blocks fill 64-key tiles better; the tiles in fwd_sm90.hpp):
+// tiles of kBlockN keys (128, or 64: at head dim 256, and at head dims 64
+// and 128 for masks whose blocks fill 64-key tiles better; the tiles in
+// fwd_sm90.hpp):
 // warpgroup 0 is the producer (one thread issues the TMA copies; it keeps few
 // registers), the others are consumers (two; three on the 192-row tile at
 // head dims up to 64; one on the 64 x 64 tile, which runs two CTAs per
@@ -66,7 +67,7 @@ struct Sm90Traits {
   // the other two groups' products instead).
   static constexpr bool kTwoScoreTiles = kHeadDim <= 64 && kConsumerGroups <= 2;
   // Every eighth 8-key column's exponentials on the FMA pipe
-  // (online_softmax.cuh) where two consumer groups meet D = 64's
+  // (online_softmax.cuh) where one or two consumer groups meet D = 64's
   // exponentials; the three-group kernel, whose groups hide each other's
   // exponentials, runs faster with none there (same-run A/B: 1.8-3.7%).
   static constexpr int kExp2PolyEvery = kHeadDim <= 64 && kConsumerGroups <= 2 ? 8 : 0;

@@ -129,9 +129,10 @@ bool use_sm90(const cuda_detail::FwdParams& p, const BlockMask& mask) {
 // multiprocessor takes two units in turn, and the sm80 kernel's two CTAs
 // take one each. (The sm90 kernel's small tile, which packed calls never
 // take, runs two CTAs per multiprocessor; its calls are counted as one per
-// multiprocessor here too, the setting its speed was measured with.) Otherwise the plan that keeps whole every row no longer
-// than the call's key tiles per running CTA (rounded down to a power of
-// two, so that calls of similar size share a plan; device_whole_row_plan):
+// multiprocessor here too, the setting its speed was measured with.)
+// Otherwise the plan that keeps whole every row no longer than the call's
+// key tiles per running CTA (rounded down to a power of two, so that calls
+// of similar size share a plan; device_whole_row_plan):
 // started first, such a row ends no later than the others, and needs no
 // partial results and no merge, which cost BigBird's split global rows
 // about 4% (docs/cuda.md). The plain plan serves where it splits no row,

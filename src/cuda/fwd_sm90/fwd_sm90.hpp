@@ -66,10 +66,10 @@ bool fwd_sm90_supports_head_dim(int64_t head_dim);
 
 // Launches the kernel for `dtype` (fp16 or bf16), p.head_dim and the tile
 // p.plan was made for on `stream` (a persistent grid of one CTA per
-// multiprocessor, two on the small tile), then the merge of split rows. p.plan must be the plan of
-// sm90_tile(p.head_dim), of kSm90TallTile where sm90_tall_head_dim, of
-// kSm90SmallTile where sm90_small_head_dim, or of kSm90NarrowTile where
-// sm90_narrow_option_head_dim (a dilated split's
+// multiprocessor, two on the small tile), then the merge of split rows.
+// p.plan must be the plan of sm90_tile(p.head_dim), of kSm90TallTile where
+// sm90_tall_head_dim, of kSm90SmallTile where sm90_small_head_dim, or of
+// kSm90NarrowTile where sm90_narrow_option_head_dim (a dilated split's
 // passes: of the split made for that tile); a varlen batch needs
 // p.varlen.total_q and total_k > 0; p.partial_o / p.partial_lse must hold
 // partial_o_floats / partial_lse_floats(p, p.plan.tile_rows) floats
@@ -79,8 +79,7 @@ void run_fwd_sm90(const FwdParams& p, DType dtype, cudaStream_t stream);
 // One instantiation per (element type, head dim, tile: sm90_tile, and
 // kSm90TallTile, kSm90SmallTile or kSm90NarrowTile where the head dim has
 // that option; the tile's rows give the consumer warpgroups, 64 rows each),
-// defined in
-// cuda/instantiations/.
+// defined in cuda/instantiations/.
 template <typename T, int kHeadDim, int kTileRows, int kTileCols>
 void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream);
 

@@ -2,8 +2,9 @@
 // Hopper forward kernel: the tensor maps of q, k and v (over the packed rows
 // of a varlen batch), the dynamic
 // shared-memory limit, a persistent grid of one CTA per multiprocessor (two
-// for the 64 x 64 tile; fewer when there is less work) with its zeroed work counter (or a static
-// stride over units of equal length), then the merge of split rows.
+// for the 64 x 64 tile; fewer when there is less work) with its zeroed work
+// counter (or a static stride over units of equal length), then the merge
+// of split rows.
 #pragma once
 
 #include <algorithm>

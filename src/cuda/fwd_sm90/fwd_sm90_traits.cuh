@@ -82,7 +82,7 @@ struct Sm90Traits {
   // two CTAs per multiprocessor: 256 x 128 each, as 128 x 40 + 128 x 216.
   static constexpr int kProducerRegisters = kConsumerGroups == 3 ? 32 : 40;
   static constexpr int kConsumerRegisters = kConsumerGroups == 1 ? 216 : (kConsumerGroups == 2 ? 232 : 160);
-  static constexpr int kRegisterPool = kThreads * (65536 / kCtasPerSm / kThreads / 8 * 8);  // the launch bound's
+  static constexpr int kRegisterPool = kThreads * (65536 / kCtasPerSm / kThreads / 8 * 8);  // launch bound's
   static_assert(128 * kProducerRegisters + kConsumerThreads * kConsumerRegisters <= kRegisterPool,
                 "setmaxnreg stays within the CTA's register pool");
 

@@ -127,9 +127,8 @@ bool use_sm90(const cuda_detail::FwdParams& p, const BlockMask& mask) {
 // as split rows do). Two per multiprocessor ran fastest on both kernels
 // (H100, 1 x 128K keys, docs/cuda.md): the sm90 kernel's one CTA per
 // multiprocessor takes two units in turn, and the sm80 kernel's two CTAs
-// take one each. (The sm90 kernel's small tile, which packed calls never
-// take, runs two CTAs per multiprocessor; its calls are counted as one per
-// multiprocessor here too, the setting its speed was measured with.)
+// take one each (as the two CTAs per multiprocessor of the sm90 kernel's
+// small tile do).
 // Otherwise the plan that keeps whole every row no longer than the call's
 // key tiles per running CTA (rounded down to a power of two, so that calls
 // of similar size share a plan; device_whole_row_plan):
@@ -143,7 +142,7 @@ cuda_detail::DeviceTilePlanView call_plan(const cuda_detail::FwdParams& p, const
   const int64_t copies = p.batch * (p.q_heads / mask.num_heads());
   const int64_t rows = mask.num_heads() * pattern_math::ceil_div(mask.q_len(), tile.rows);
   const int64_t sms = cuda_detail::current_device_info().sms;
-  const int64_t resident = sms * (sm90 ? 1 : cuda_detail::sm80_ctas_per_sm(p.head_dim));
+  const int64_t resident = sms * (sm90 ? cuda_detail::sm90_ctas_per_sm(tile) : cuda_detail::sm80_ctas_per_sm(p.head_dim));
   if (copies == 0) return cuda_detail::device_tile_plan(mask, tile, s);
   if (rows * copies >= resident) {
     const cuda_detail::DeviceTilePlanView plain = cuda_detail::device_tile_plan(mask, tile, s);
@@ -360,7 +359,8 @@ void cuda_prepare_mask(const BlockMask& mask) {
     // The tall and the small tile's plans where calls take them (varlen
     // calls: they make no dilated split).
     if (cuda_detail::sm90_tall_tile(mask, false)) prepare(cuda_detail::kSm90TallTile, false);
-    if (cuda_detail::sm90_small_tile(mask, false)) prepare(cuda_detail::kSm90SmallTile, true);
+    if (cuda_detail::sm90_small_tile(64, mask, false) || cuda_detail::sm90_small_tile(128, mask, false))
+      prepare(cuda_detail::kSm90SmallTile, true);
   }
 }
 

@@ -112,9 +112,9 @@ constexpr double narrow_tile_work_share(int64_t head_dim) { return head_dim <= 6
 // The small tile's plan must compute at most this share of the pairs of the
 // wide tile's plan (and of the narrow tile's plan over that tile's share):
 // it ran dense at D = 64 27% slower per pair than the tall tile, which runs
-// 7-10% faster than the wide one (same-run A/Bs on an H200); the share
-// leaves a margin.
-constexpr double kSmallTileWorkShare = 0.65;
+// 7-10% faster than the wide one, and at D = 128 24% slower than the wide
+// tile (same-run A/Bs on an H200); the shares leave a margin.
+constexpr double small_tile_work_share(int64_t head_dim) { return head_dim <= 64 ? 0.65 : 0.7; }
 
 // A forced tile choice (force_sm90_tall_tile, force_sm90_narrow_tile,
 // force_sm90_small_tile): -1 none, 0 never, 1 wherever it fits.
@@ -162,17 +162,16 @@ bool sm90_narrow_tile(int64_t head_dim, const BlockMask& mask, bool dilated_spli
   return plan_pairs(mask, kSm90NarrowTile) <= narrow_tile_work_share(head_dim) * plan_pairs(mask, kSm90WideTile);
 }
 
-bool sm90_small_tile(const BlockMask& mask, bool dilated_splits) {
+bool sm90_small_tile(int64_t head_dim, const BlockMask& mask, bool dilated_splits) {
   const int forced = forced_small_tile().load();
   if (forced == 0 || !small_tile_fits(mask) ||
       (dilated_splits && tile_fits(mask, kSm90WideTile) && dilated_split(mask, kSm90WideTile)))
     return false;
   if (forced == 1) return true;
-  const double cost = plan_pairs(mask, kSm90SmallTile) / kSmallTileWorkShare;
+  const double cost = plan_pairs(mask, kSm90SmallTile) / small_tile_work_share(head_dim);
   if (tile_fits(mask, kSm90WideTile) && cost > plan_pairs(mask, kSm90WideTile)) return false;
-  constexpr int64_t kHeadDim = 64;  // the one head dim with the small tile (sm90_small_head_dim)
   return !tile_fits(mask, kSm90NarrowTile) ||
-         cost <= plan_pairs(mask, kSm90NarrowTile) / narrow_tile_work_share(kHeadDim);
+         cost <= plan_pairs(mask, kSm90NarrowTile) / narrow_tile_work_share(head_dim);
 }
 
 bool sm90_tile_fits(int64_t head_dim, const BlockMask& mask, bool packed_heads) {
@@ -195,7 +194,7 @@ std::optional<bool> force_sm90_small_tile(std::optional<bool> small) {
 
 TileShape call_tile(bool sm90, int64_t head_dim, const BlockMask& mask, bool dilated_splits, bool packed_heads) {
   if (sm90 && sm90_tall_head_dim(head_dim) && sm90_tall_tile(mask, dilated_splits)) return kSm90TallTile;
-  if (sm90 && sm90_small_head_dim(head_dim) && !packed_heads && sm90_small_tile(mask, dilated_splits))
+  if (sm90 && sm90_small_head_dim(head_dim) && !packed_heads && sm90_small_tile(head_dim, mask, dilated_splits))
     return kSm90SmallTile;
   if (sm90 && sm90_narrow_option_head_dim(head_dim) && sm90_narrow_tile(head_dim, mask, dilated_splits))
     return kSm90NarrowTile;

@@ -51,14 +51,14 @@ bool sm90_tall_tile(const BlockMask& mask, bool dilated_splits);
 // says otherwise.
 bool sm90_narrow_tile(int64_t head_dim, const BlockMask& mask, bool dilated_splits);
 
-// Whether the sm90 kernel runs a call on `mask` at a head dim of
-// sm90_small_head_dim on its small tile (fwd_sm90.hpp): the blocks fit it,
+// Whether the sm90 kernel runs a call on `mask` at `head_dim` (one of
+// sm90_small_head_dim) on its small tile (fwd_sm90.hpp): the blocks fit it,
 // where the call makes dilated splits (`dilated_splits`) the mask has none
-// on the wide tile, and its plan's pairs over kSmallTileWorkShare (its speed
-// per pair against the wide tile's) are no more than the wide tile's plan's
-// pairs nor the narrow tile's plan's over that tile's share (plan_key_tiles),
-// unless force_sm90_small_tile says otherwise.
-bool sm90_small_tile(const BlockMask& mask, bool dilated_splits);
+// on the wide tile, and its plan's pairs over small_tile_work_share (its
+// speed per pair against the wide tile's) are no more than the wide tile's
+// plan's pairs nor the narrow tile's plan's over that tile's share
+// (plan_key_tiles), unless force_sm90_small_tile says otherwise.
+bool sm90_small_tile(int64_t head_dim, const BlockMask& mask, bool dilated_splits);
 
 // Whether the mask's blocks fit a tile the sm90 kernel runs at `head_dim`
 // (its own, sm90_tile, or the narrow or small one where the head dim has it;

@@ -1101,48 +1101,60 @@ TEST(CudaTilePlan, NarrowTileWhereItSavesWork) {
 }
 
 // The sm90 kernel's small tile (64 x 64, two CTAs per multiprocessor) runs
-// a call at head dim 64 where its plan's pairs over its speed per pair
-// (kSmallTileWorkShare) are no more than the wide tile's plan's pairs and
-// the narrow tile's over that tile's share: BigBird on 64 x 64 blocks (its
-// plan computes 39% of the wide plan's pairs, the narrow plan 62%), not
-// BigBird on 128 x 128 blocks nor causal masks on blocks of 64 (whose small
-// plan computes 99.8% of the wide one's); never at D = 128, nor for a call
-// whose query heads are packed into a tile's rows. Host-only.
+// a call at head dims 64 and 128 where its plan's pairs over its speed per
+// pair (small_tile_work_share: 0.65 at D = 64, 0.7 at D = 128) are no more
+// than the wide tile's plan's pairs and the narrow tile's over that tile's
+// share: BigBird on 64 x 64 blocks (its plan computes 39% of the wide plan's
+// pairs, the narrow plan 62%), not BigBird on 128 x 128 blocks nor causal
+// masks on blocks of 64 (whose small plan computes 99.8% of the wide one's),
+// nor blocks of 128 x 64 (as many pairs as the narrow plan's); never at
+// D = 256, nor for a call whose query heads are packed into a tile's rows.
+// Host-only.
 TEST(CudaTilePlan, SmallTileWhereItSavesWork) {
-  const auto tile_of = [](const Pattern& pattern, int64_t block, int64_t head_dim, bool packed = false) {
-    const BlockMask mask = BlockMask::build(pattern, MaskShape{16384, 16384, block, block, 1});
+  const auto tile_of = [](const Pattern& pattern, int64_t block_q, int64_t block_k, int64_t head_dim,
+                          bool packed = false) {
+    const BlockMask mask = BlockMask::build(pattern, MaskShape{16384, 16384, block_q, block_k, 1});
     const TileShape t = cuda_detail::call_tile(true, head_dim, mask, true, packed);
     return std::to_string(t.rows) + "x" + std::to_string(t.cols);
   };
   const Pattern bigbird64 = Pattern::bigbird(16384, 64, 3, 1, 3, 0);
-  EXPECT_EQ(tile_of(bigbird64, 64, 64), "64x64");
-  EXPECT_EQ(tile_of(bigbird64, 64, 128), "128x64");
-  EXPECT_EQ(tile_of(bigbird64, 64, 64, true), "128x64");
-  EXPECT_EQ(tile_of(Pattern::bigbird(16384, 128, 3, 1, 3, 0), 128, 64), "128x128");
-  EXPECT_EQ(tile_of(Pattern::causal(), 64, 64), "192x128");
+  for (int64_t head_dim : {64, 128}) {
+    SCOPED_TRACE("head dim " + std::to_string(head_dim));
+    EXPECT_EQ(tile_of(bigbird64, 64, 64, head_dim), "64x64");
+    EXPECT_EQ(tile_of(bigbird64, 64, 64, head_dim, true), "128x64");
+    EXPECT_EQ(tile_of(Pattern::bigbird(16384, 128, 3, 1, 3, 0), 128, 128, head_dim), "128x128");
+    EXPECT_EQ(tile_of(Pattern::causal(), 128, 64, head_dim), head_dim == 64 ? "192x128" : "128x128");
+  }
+  EXPECT_EQ(tile_of(bigbird64, 64, 64, 256), "128x64");
+  EXPECT_EQ(tile_of(Pattern::causal(), 64, 64, 128), "128x128");
+  EXPECT_EQ(tile_of(Pattern::causal(), 64, 64, 64), "192x128");
   {
     const ForcedTallTile no_tall(false);
-    EXPECT_EQ(tile_of(Pattern::causal(), 64, 64), "128x128");
+    EXPECT_EQ(tile_of(Pattern::causal(), 64, 64, 64), "128x128");
     const ForcedSm90Tile always(cuda_detail::force_sm90_small_tile, true);
-    EXPECT_EQ(tile_of(Pattern::dense(), 128, 64), "64x64");
-    EXPECT_EQ(tile_of(Pattern::dense(), 128, 64, true), "128x128");
+    EXPECT_EQ(tile_of(Pattern::dense(), 128, 128, 64), "64x64");
+    EXPECT_EQ(tile_of(Pattern::dense(), 128, 128, 128), "64x64");
+    EXPECT_EQ(tile_of(Pattern::dense(), 128, 128, 64, true), "128x128");
+    EXPECT_EQ(tile_of(Pattern::dense(), 128, 128, 256), "128x64");
   }
   const ForcedSm90Tile never(cuda_detail::force_sm90_small_tile, false);
-  EXPECT_EQ(tile_of(bigbird64, 64, 64), "128x64");
+  EXPECT_EQ(tile_of(bigbird64, 64, 64, 64), "128x64");
+  EXPECT_EQ(tile_of(bigbird64, 64, 64, 128), "128x64");
 }
 
 // Blocks of 192 query rows fit only the sm90 kernel's small tile among the
-// 128- and 64-row tiles: calls at D = 64 run it, packed calls (and every
-// other head dim) find no sm90 tile; blocks of 8 run on no sm90 tile.
-// Host-only.
+// 128- and 64-row tiles: calls at D = 64 and 128 run it, packed calls (and
+// D = 256) find no sm90 tile; blocks of 8 run on no sm90 tile. Host-only.
 TEST(CudaTilePlan, OnlyTheSmallTileFitsRowsOf192) {
   const BlockMask rows192 = BlockMask::build(Pattern::causal(), MaskShape{4096, 4096, 192, 64, 1});
-  EXPECT_TRUE(cuda_detail::sm90_tile_fits(64, rows192, false));
-  EXPECT_FALSE(cuda_detail::sm90_tile_fits(64, rows192, true));
-  EXPECT_FALSE(cuda_detail::sm90_tile_fits(128, rows192, false));
-  const TileShape t = cuda_detail::call_tile(true, 64, rows192, true);
-  EXPECT_EQ(t.rows, 64);
-  EXPECT_EQ(t.cols, 64);
+  for (int64_t head_dim : {64, 128}) {
+    EXPECT_TRUE(cuda_detail::sm90_tile_fits(head_dim, rows192, false));
+    EXPECT_FALSE(cuda_detail::sm90_tile_fits(head_dim, rows192, true));
+    const TileShape t = cuda_detail::call_tile(true, head_dim, rows192, true);
+    EXPECT_EQ(t.rows, 64);
+    EXPECT_EQ(t.cols, 64);
+  }
+  EXPECT_FALSE(cuda_detail::sm90_tile_fits(256, rows192, false));
   const BlockMask blocks8 = BlockMask::build(Pattern::causal(), MaskShape{1024, 1024, 8, 8, 1});
   EXPECT_FALSE(cuda_detail::sm90_tile_fits(64, blocks8, false));
 }

@@ -227,7 +227,8 @@ TEST_P(GpuKernels, GroupedQueryHeadsBatchesAndLayouts) {
 // Mask blocks 16..256 on both sides at head dims 128 and 64 (the sm80
 // kernel's 64- and 128-key tiles); blocks that fit only 64-key tiles
 // (block_k 192, 320) keep the sm80 kernel on its narrow tile at head dims 32
-// and 64, the sm90 kernel on its small tile at 64 (it has no head dim 32).
+// and 64, the sm90 kernel on its small tile at 64 and 128 (it has no head
+// dim 32).
 TEST_P(GpuKernels, MaskBlockSizesAndEmptyRows) {
   std::mt19937_64 rng(2500);
   uint64_t seed = 2500;
@@ -239,7 +240,7 @@ TEST_P(GpuKernels, MaskBlockSizesAndEmptyRows) {
           expect_matches_reference(pr, seed++);
         }
   const std::vector<int64_t> narrow_dims =
-      GetParam() == CudaKernel::Sm80 ? std::vector<int64_t>{32, 64} : std::vector<int64_t>{64};
+      GetParam() == CudaKernel::Sm80 ? std::vector<int64_t>{32, 64} : std::vector<int64_t>{64, 128};
   for (const auto& [bq, bk] : std::vector<std::pair<int64_t, int64_t>>{{128, 192}, {64, 320}})
     for (GpuProblem pr : mask_block_problems(bq, bk, rng))
       for (int64_t d : narrow_dims) {
@@ -378,9 +379,9 @@ INSTANTIATE_TEST_SUITE_P(Forced, GpuKernels, ::testing::Values(CudaKernel::Sm80,
 
 // The Hopper kernel's optional tiles, each forced wherever the mask's blocks
 // fit it (and the other options forced off): the tall tile (three consumer
-// warpgroups, 192 x 128) and the small tile (64 x 64, one consumer warpgroup,
-// two CTAs per multiprocessor) at head dim 64, and the narrow tile (128 x 64)
-// at head dims 64 and 128. On its own, call_tile
+// warpgroups, 192 x 128) at head dim 64, and the small tile (64 x 64, one
+// consumer warpgroup, two CTAs per multiprocessor) and the narrow tile
+// (128 x 64) at head dims 64 and 128. On its own, call_tile
 // takes them only where their plans compute few enough pairs, which leaves
 // most small problems on the 128 x 128 tile. Every pattern and both dtypes
 // on 64- and 128-row mask blocks (the tall tile's rows overlap the latter
@@ -492,6 +493,8 @@ INSTANTIATE_TEST_SUITE_P(
     Forced, GpuSm90TileOption,
     ::testing::Values(Sm90TileOption{"tall", 64, cuda_detail::kSm90TallTile, cuda_detail::force_sm90_tall_tile},
                       Sm90TileOption{"small", 64, cuda_detail::kSm90SmallTile, cuda_detail::force_sm90_small_tile},
+                      Sm90TileOption{"small128", 128, cuda_detail::kSm90SmallTile,
+                                     cuda_detail::force_sm90_small_tile},
                       Sm90TileOption{"narrow64", 64, cuda_detail::kSm90NarrowTile,
                                      cuda_detail::force_sm90_narrow_tile},
                       Sm90TileOption{"narrow", 128, cuda_detail::kSm90NarrowTile,
@@ -560,22 +563,26 @@ TEST(GpuSanitizerSm90, EachKernelPath) {
     }
   }
   {
-    // D = 64 on the small tile (one consumer warpgroup, two CTAs per
-    // multiprocessor): BigBird on 64-row blocks (full tiles, two score
-    // tiles), a window on 32-row blocks (partial tiles), ragged ends.
+    // D = 64 and 128 on the small tile (one consumer warpgroup, two CTAs
+    // per multiprocessor): BigBird on 64-row blocks (full tiles; two score
+    // tiles at D = 64), a window on 32-row blocks (partial tiles), ragged
+    // ends.
     const ForcedSm90Tile small(cuda_detail::force_sm90_small_tile, true);
     const ForcedTallTile no_tall(false);
-    GpuProblem bigbird;
-    bigbird.pattern = Pattern::bigbird(700, 64, 3, 1, 3, 11);
-    bigbird.q_len = bigbird.k_len = 700;
-    bigbird.block_q = bigbird.block_k = 64;
-    bigbird.head_dim = 64;
-    expect_matches_reference(bigbird, 14);
-    bigbird.pattern = Pattern::sliding_window(90, 20);
-    bigbird.q_len = 300;
-    bigbird.k_len = 500;
-    bigbird.block_q = bigbird.block_k = 32;
-    expect_matches_reference(bigbird, 15);
+    uint64_t seed = 14;
+    for (int64_t head_dim : {64, 128}) {
+      GpuProblem bigbird;
+      bigbird.pattern = Pattern::bigbird(700, 64, 3, 1, 3, 11);
+      bigbird.q_len = bigbird.k_len = 700;
+      bigbird.block_q = bigbird.block_k = 64;
+      bigbird.head_dim = head_dim;
+      expect_matches_reference(bigbird, seed++);
+      bigbird.pattern = Pattern::sliding_window(90, 20);
+      bigbird.q_len = 300;
+      bigbird.k_len = 500;
+      bigbird.block_q = bigbird.block_k = 32;
+      expect_matches_reference(bigbird, seed++);
+    }
   }
   const ForcedTallTile tall(true);  // three consumer warpgroups: full, partial, ragged tiles and a derived plan
   expect_matches_reference(pr, 7);

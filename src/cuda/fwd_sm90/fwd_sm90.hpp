@@ -44,15 +44,19 @@ constexpr bool sm90_narrow_option_head_dim(int64_t head_dim) { return head_dim =
 constexpr TileShape kSm90TallTile{192, 128};
 constexpr bool sm90_tall_head_dim(int64_t head_dim) { return head_dim <= 64; }
 
-// At head dim 64 the kernel also runs 64 x 64 tiles, one consumer warpgroup
-// per CTA and two CTAs per multiprocessor, for masks of scattered 64 x 64
-// blocks (BigBird's, random blocks): a 128-row tile holds two mask rows,
-// whose kept blocks seldom meet, so a warpgroup often has no products for a
-// tile while the other computes. The call takes it where its plan computes
-// a small enough share of the other tiles' pairs (call_tile in
+// At head dims 64 and 128 the kernel also runs 64 x 64 tiles, one consumer
+// warpgroup per CTA and two CTAs per multiprocessor, for masks of scattered
+// 64 x 64 blocks (BigBird's, random blocks): a 128-row tile holds two mask
+// rows, whose kept blocks seldom meet, so a warpgroup often has no products
+// for a tile while the other computes. The call takes it where its plan
+// computes a small enough share of the other tiles' pairs (call_tile in
 // kernel_choice.hpp).
 constexpr TileShape kSm90SmallTile{64, 64};
-constexpr bool sm90_small_head_dim(int64_t head_dim) { return head_dim == 64; }
+constexpr bool sm90_small_head_dim(int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
+
+// CTAs of the kernel on `tile` that run on one multiprocessor at a time:
+// two on the small tile, one on the others.
+constexpr int sm90_ctas_per_sm(TileShape tile) { return tile == kSm90SmallTile ? 2 : 1; }
 
 // True when this build holds sm_90a code and the current device has compute
 // capability 9.0 (sm_90a code runs on no other).

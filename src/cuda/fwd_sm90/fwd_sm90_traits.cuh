@@ -45,19 +45,27 @@ struct Sm90Traits {
   static constexpr int kDAtoms = kHeadDim / 8;
   // K/V stages: D = 128 on 128-key tiles ran 0.4-1.9% slower with 3 than
   // with 2 (same-run A/B); 64-key tiles at D = 128 take half the shared
-  // memory per stage, and their products last half as long.
-  static constexpr int kStages = kHeadDim <= 64 ? 5 : (kHeadDim <= 128 && kBlockN == 64 ? 4 : 2);
+  // memory per stage, and their products last half as long. One consumer
+  // group at D = 128 (two CTAs per multiprocessor): two stages, as three
+  // would leave the two CTAs 416 bytes short of the multiprocessor's
+  // shared memory.
+  static constexpr int kStages = kHeadDim <= 64                      ? 5
+                                 : kConsumerGroups == 1               ? 2
+                                 : kHeadDim <= 128 && kBlockN == 64 ? 4
+                                                                      : 2;
   // Whether a consumer warpgroup skips the products of tiles where its rows
   // hold no kept sub-block (consume_unit): on the narrow tile at D <= 128,
   // which calls take for masks whose blocks fill it far better than the wide
   // one (BigBird on 64-row blocks: +9%, same-run A/B on an H200). Elsewhere
   // the branches cost more than they save (causal at mask block 64 on the
-  // wide tile -7%, dense on the tall tile -6%).
-  static constexpr bool kSkipsEmptyGroupTiles = kBlockN == 64 && kHeadDim <= 128;
+  // wide tile -7%, dense on the tall tile -6%), and a lone consumer group
+  // covers every row of its tile, so each tile of its plan holds a kept
+  // sub-block of its rows.
+  static constexpr bool kSkipsEmptyGroupTiles = kBlockN == 64 && kHeadDim <= 128 && kConsumerGroups >= 2;
   static_assert(kConsumerGroups == 2 || (kConsumerGroups == 3 && kHeadDim <= 64) ||
-                    (kConsumerGroups == 1 && kBlockN == 64 && kHeadDim <= 64),
+                    (kConsumerGroups == 1 && kBlockN == 64 && kHeadDim <= 128),
                 "three consumer groups fit the registers at head dims up to 64; one group (two CTAs per "
-                "multiprocessor) fits the shared memory with 64-key tiles at head dims up to 64");
+                "multiprocessor) fits the shared memory with 64-key tiles at head dims up to 128");
   static_assert(kBlockN == 64 || (kBlockN == 128 && kHeadDim <= 128),
                 "64-key tiles, or 128-key tiles at head dims up to 128 (whose scores fit beside O)");
   // Two score tiles in registers for units whose tiles are all full
@@ -79,7 +87,9 @@ struct Sm90Traits {
   // memory, reloaded once per unit. The consumers fit 232. Three groups:
   // 512 x 128, as 128 x 32 + 384 x 160 = 65536 (the consumers spill a few
   // words: one score tile, P and an O of 32 registers at D = 64). One group,
-  // two CTAs per multiprocessor: 256 x 128 each, as 128 x 40 + 128 x 216.
+  // two CTAs per multiprocessor: 256 x 128 each, as 128 x 40 + 128 x 216
+  // (at D = 128: an O of 64 registers, a 64 x 64 score tile of 32 and P of
+  // 16).
   static constexpr int kProducerRegisters = kConsumerGroups == 3 ? 32 : 40;
   static constexpr int kConsumerRegisters = kConsumerGroups == 1 ? 216 : (kConsumerGroups == 2 ? 232 : 160);
   static constexpr int kRegisterPool = kThreads * (65536 / kCtasPerSm / kThreads / 8 * 8);  // launch bound's

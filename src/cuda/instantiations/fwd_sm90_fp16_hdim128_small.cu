@@ -1,0 +1,8 @@
+// cuda/instantiations/fwd_sm90_fp16_hdim128_small.cu - the Hopper forward kernel
+// for fp16 inputs and head dim 128 on the small tile (64 x 64, kSm90SmallTile;
+// sm_90a only; one instantiation per file).
+#include "cuda/fwd_sm90/fwd_sm90_launch.cuh"
+
+namespace spattn::cuda_detail {
+template void launch_fwd_sm90<__half, 128, 64, 64>(const FwdParams& p, cudaStream_t stream);
+}  // namespace spattn::cuda_detail

@@ -352,7 +352,8 @@ void cuda_prepare_mask(const BlockMask& mask) {
   // Varlen calls take the wide tile for a dilated mask too (they make no
   // split); other calls take it only where the mask has no split.
   if (cuda_detail::tile_fits(mask, cuda_detail::kSm80WideTile))
-    prepare(cuda_detail::kSm80WideTile, cuda_detail::sm80_wide_tile(mask, true));
+    prepare(cuda_detail::kSm80WideTile,
+            cuda_detail::sm80_wide_tile(32, mask, true) || cuda_detail::sm80_wide_tile(64, mask, true));
   if (cuda_kernel() != CudaKernel::Sm80 && cuda_detail::fwd_sm90_available()) {
     for (const cuda_detail::TileShape tile : {cuda_detail::kSm90WideTile, cuda_detail::kSm90NarrowTile})
       if (cuda_detail::tile_fits(mask, tile)) prepare(tile, true);

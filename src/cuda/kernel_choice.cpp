@@ -83,20 +83,17 @@ TileShape kernel_tile(bool sm90, int64_t head_dim, bool sm80_wide_fits) {
   return sm90 ? sm90_tile(head_dim) : sm80_tile(head_dim, sm80_wide_fits);
 }
 
-// The dilated split's permuted pass masks every tile: on the sm80 kernel's
-// wide tile that ran 4-6% slower (same-run on an H100 at D = 64, when the
-// pass still read gathered copies). Varlen batches run dilated patterns
-// without a split.
-bool sm80_wide_tile(const BlockMask& mask, bool dilated_splits) {
-  return tile_fits(mask, kSm80WideTile) && !(dilated_splits && dilated_split(mask, kSm80NarrowTile));
-}
-
 namespace {
 
 // Pairs the plan of `tile` computes: its key tiles times the tile's pairs.
 double plan_pairs(const BlockMask& mask, TileShape tile) {
   return static_cast<double>(plan_key_tiles(mask, tile)) * static_cast<double>(tile.rows * tile.cols);
 }
+
+// The sm80 kernel's narrow tile's plan must compute at most this share of
+// the wide tile's pairs to run faster: it ran dense 5% slower at D = 64 and
+// 15% slower at D = 32 (same-run A/B on an H200); the shares leave a margin.
+constexpr double sm80_narrow_tile_work_share(int64_t head_dim) { return head_dim <= 32 ? 0.8 : 0.9; }
 
 // The tall tile's plan may compute this much more than the 128-row tile's
 // and still run faster (its kernel is 7-10% faster on equal work at D = 64).
@@ -143,6 +140,15 @@ bool small_tile_fits(const BlockMask& mask) {
 }
 
 }  // namespace
+
+// The dilated split's permuted pass masks every tile: on the sm80 kernel's
+// wide tile that ran 4-6% slower (same-run on an H100 at D = 64, when the
+// pass still read gathered copies). Varlen batches run dilated patterns
+// without a split.
+bool sm80_wide_tile(int64_t head_dim, const BlockMask& mask, bool dilated_splits) {
+  if (!tile_fits(mask, kSm80WideTile) || (dilated_splits && dilated_split(mask, kSm80NarrowTile))) return false;
+  return plan_pairs(mask, kSm80NarrowTile) > sm80_narrow_tile_work_share(head_dim) * plan_pairs(mask, kSm80WideTile);
+}
 
 bool sm90_tall_tile(const BlockMask& mask, bool dilated_splits) {
   const int forced = forced_tall_tile().load();
@@ -198,7 +204,7 @@ TileShape call_tile(bool sm90, int64_t head_dim, const BlockMask& mask, bool dil
     return kSm90SmallTile;
   if (sm90 && sm90_narrow_option_head_dim(head_dim) && sm90_narrow_tile(head_dim, mask, dilated_splits))
     return kSm90NarrowTile;
-  const bool wide = !sm90 && sm80_wide_head_dim(head_dim) && sm80_wide_tile(mask, dilated_splits);
+  const bool wide = !sm90 && sm80_wide_head_dim(head_dim) && sm80_wide_tile(head_dim, mask, dilated_splits);
   return kernel_tile(sm90, head_dim, wide);
 }
 

@@ -27,10 +27,13 @@ bool choose_sm90(const std::string& caller, int64_t head_dim, bool tile_fits,
 // blocks fit its wide tile (`sm80_wide_fits`). Dynamic attention runs it.
 TileShape kernel_tile(bool sm90, int64_t head_dim, bool sm80_wide_fits);
 
-// Whether the sm80 kernel runs a call on `mask` on its wide tile
-// (fwd_sm80.hpp): the blocks fit it, and, where the call makes dilated splits
-// (`dilated_splits`), the mask has none.
-bool sm80_wide_tile(const BlockMask& mask, bool dilated_splits);
+// Whether the sm80 kernel runs a call on `mask` at `head_dim` (one of
+// sm80_wide_head_dim) on its wide tile (fwd_sm80.hpp): the blocks fit it,
+// where the call makes dilated splits (`dilated_splits`) the mask has none,
+// and the narrow tile's plan computes more than 90% (D = 64) or 80% (D = 32)
+// of the wide tile's pairs (plan_key_tiles; BigBird and random blocks of
+// 64 fill 128-key tiles poorly).
+bool sm80_wide_tile(int64_t head_dim, const BlockMask& mask, bool dilated_splits);
 
 // Whether the sm90 kernel runs a call on `mask` at a head dim of
 // sm90_tall_head_dim on its tall tile (fwd_sm90.hpp): the blocks fit it and

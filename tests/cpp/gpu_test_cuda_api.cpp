@@ -1142,6 +1142,29 @@ TEST(CudaTilePlan, SmallTileWhereItSavesWork) {
   EXPECT_EQ(tile_of(bigbird64, 64, 64, 128), "128x64");
 }
 
+// The sm80 kernel runs a call at head dims up to 64 on its narrow tile
+// (128 x 64) where that tile's plan computes at most 90% (D = 64) or 80%
+// (D = 32) of the wide tile's pairs: BigBird and random blocks on 64 x 64
+// blocks (the narrow plan computes 62% of BigBird's wide plan's pairs), not
+// dense or causal masks nor BigBird on 128 x 128 blocks; always at D = 128
+// (its only tile there). Host-only.
+TEST(CudaTilePlan, Sm80NarrowTileWhereItSavesWork) {
+  const auto tile_of = [](const Pattern& pattern, int64_t block, int64_t head_dim) {
+    const BlockMask mask = BlockMask::build(pattern, MaskShape{16384, 16384, block, block, 1});
+    const TileShape t = cuda_detail::call_tile(false, head_dim, mask, true);
+    return std::to_string(t.rows) + "x" + std::to_string(t.cols);
+  };
+  const Pattern bigbird64 = Pattern::bigbird(16384, 64, 3, 1, 3, 0);
+  for (int64_t head_dim : {32, 64}) {
+    SCOPED_TRACE("head dim " + std::to_string(head_dim));
+    EXPECT_EQ(tile_of(bigbird64, 64, head_dim), "128x64");
+    EXPECT_EQ(tile_of(Pattern::dense(), 64, head_dim), "128x128");
+    EXPECT_EQ(tile_of(Pattern::causal(), 64, head_dim), "128x128");
+    EXPECT_EQ(tile_of(Pattern::bigbird(16384, 128, 3, 1, 3, 0), 128, head_dim), "128x128");
+  }
+  EXPECT_EQ(tile_of(Pattern::dense(), 128, 128), "128x64");
+}
+
 // Blocks of 192 query rows fit only the sm90 kernel's small tile among the
 // 128- and 64-row tiles: calls at D = 64 and 128 run it, packed calls (and
 // D = 256) find no sm90 tile; blocks of 8 run on no sm90 tile. Host-only.

@@ -501,6 +501,17 @@ INSTANTIATE_TEST_SUITE_P(
                                      cuda_detail::force_sm90_narrow_tile}),
     [](const ::testing::TestParamInfo<Sm90TileOption>& info) { return std::string(info.param.name); });
 
+// BigBird on 64 x 64 blocks over 700 tokens at `head_dim`: its random
+// blocks fill few of the 128-row tiles' sub-blocks.
+GpuProblem bigbird_on_blocks_of_64(int64_t head_dim) {
+  GpuProblem pr;
+  pr.pattern = Pattern::bigbird(700, 64, 3, 1, 3, 11);
+  pr.q_len = pr.k_len = 700;
+  pr.block_q = pr.block_k = 64;
+  pr.head_dim = head_dim;
+  return pr;
+}
+
 // Small problems through each path of the Hopper kernel (mask walked directly
 // and through a derived plan, partial and ragged tiles, a split row, both
 // passes of a dilated split, each tile); scripts/gpu_check.sh runs these under
@@ -550,11 +561,7 @@ TEST(GpuSanitizerSm90, EachKernelPath) {
     const ForcedSm90Tile no_small(cuda_detail::force_sm90_small_tile, false);
     uint64_t seed = 10;
     for (int64_t head_dim : {128, 64}) {
-      GpuProblem bigbird;
-      bigbird.pattern = Pattern::bigbird(700, 64, 3, 1, 3, 11);
-      bigbird.q_len = bigbird.k_len = 700;
-      bigbird.block_q = bigbird.block_k = 64;
-      bigbird.head_dim = head_dim;
+      GpuProblem bigbird = bigbird_on_blocks_of_64(head_dim);
       expect_matches_reference(bigbird, seed++);
       bigbird.pattern = Pattern::causal();
       bigbird.block_q = 128;
@@ -571,11 +578,7 @@ TEST(GpuSanitizerSm90, EachKernelPath) {
     const ForcedTallTile no_tall(false);
     uint64_t seed = 14;
     for (int64_t head_dim : {64, 128}) {
-      GpuProblem bigbird;
-      bigbird.pattern = Pattern::bigbird(700, 64, 3, 1, 3, 11);
-      bigbird.q_len = bigbird.k_len = 700;
-      bigbird.block_q = bigbird.block_k = 64;
-      bigbird.head_dim = head_dim;
+      GpuProblem bigbird = bigbird_on_blocks_of_64(head_dim);
       expect_matches_reference(bigbird, seed++);
       bigbird.pattern = Pattern::sliding_window(90, 20);
       bigbird.q_len = 300;

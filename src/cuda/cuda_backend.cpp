@@ -142,7 +142,8 @@ cuda_detail::DeviceTilePlanView call_plan(const cuda_detail::FwdParams& p, const
   const int64_t copies = p.batch * (p.q_heads / mask.num_heads());
   const int64_t rows = mask.num_heads() * pattern_math::ceil_div(mask.q_len(), tile.rows);
   const int64_t sms = cuda_detail::current_device_info().sms;
-  const int64_t resident = sms * (sm90 ? cuda_detail::sm90_ctas_per_sm(tile) : cuda_detail::sm80_ctas_per_sm(p.head_dim));
+  const int64_t resident =
+      sms * (sm90 ? cuda_detail::sm90_ctas_per_sm(tile) : cuda_detail::sm80_ctas_per_sm(p.head_dim));
   if (copies == 0) return cuda_detail::device_tile_plan(mask, tile, s);
   if (rows * copies >= resident) {
     const cuda_detail::DeviceTilePlanView plain = cuda_detail::device_tile_plan(mask, tile, s);
@@ -349,11 +350,13 @@ void cuda_prepare_mask(const BlockMask& mask) {
   // capture.
   cuda_detail::scratch_pool();
   prepare(cuda_detail::kSm80NarrowTile, true);
-  // Varlen calls take the wide tile for a dilated mask too (they make no
-  // split); other calls take it only where the mask has no split.
-  if (cuda_detail::tile_fits(mask, cuda_detail::kSm80WideTile))
-    prepare(cuda_detail::kSm80WideTile,
-            cuda_detail::sm80_wide_tile(32, mask, true) || cuda_detail::sm80_wide_tile(64, mask, true));
+  // The sm80 kernel's wide tile where calls at a head dim that has it take
+  // it: varlen calls for a dilated mask too (they make no split), other
+  // calls only where the mask has no split.
+  const auto sm80_wide = [&](bool splits) {
+    return cuda_detail::sm80_wide_tile(32, mask, splits) || cuda_detail::sm80_wide_tile(64, mask, splits);
+  };
+  if (sm80_wide(false)) prepare(cuda_detail::kSm80WideTile, sm80_wide(true));
   if (cuda_kernel() != CudaKernel::Sm80 && cuda_detail::fwd_sm90_available()) {
     for (const cuda_detail::TileShape tile : {cuda_detail::kSm90WideTile, cuda_detail::kSm90NarrowTile})
       if (cuda_detail::tile_fits(mask, tile)) prepare(tile, true);

@@ -79,8 +79,8 @@ bool choose_sm90(const std::string& caller, int64_t head_dim, bool tile_fits,
   return tile_fits;
 }
 
-TileShape kernel_tile(bool sm90, int64_t head_dim, bool sm80_wide_fits) {
-  return sm90 ? sm90_tile(head_dim) : sm80_tile(head_dim, sm80_wide_fits);
+TileShape kernel_tile(bool sm90, int64_t head_dim, bool sm80_wide) {
+  return sm90 ? sm90_tile(head_dim) : sm80_tile(head_dim, sm80_wide);
 }
 
 namespace {
@@ -114,7 +114,8 @@ constexpr double narrow_tile_work_share(int64_t head_dim) { return head_dim <= 6
 constexpr double small_tile_work_share(int64_t head_dim) { return head_dim <= 64 ? 0.65 : 0.7; }
 
 // A forced tile choice (force_sm90_tall_tile, force_sm90_narrow_tile,
-// force_sm90_small_tile): -1 none, 0 never, 1 wherever it fits.
+// force_sm90_small_tile, force_sm80_wide_tile): -1 none, 0 never, 1 wherever
+// it fits.
 std::atomic<int>& forced_tall_tile() {
   static std::atomic<int> forced{-1};
   return forced;
@@ -124,6 +125,10 @@ std::atomic<int>& forced_narrow_tile() {
   return forced;
 }
 std::atomic<int>& forced_small_tile() {
+  static std::atomic<int> forced{-1};
+  return forced;
+}
+std::atomic<int>& forced_sm80_wide_tile() {
   static std::atomic<int> forced{-1};
   return forced;
 }
@@ -146,7 +151,10 @@ bool small_tile_fits(const BlockMask& mask) {
 // pass still read gathered copies). Varlen batches run dilated patterns
 // without a split.
 bool sm80_wide_tile(int64_t head_dim, const BlockMask& mask, bool dilated_splits) {
-  if (!tile_fits(mask, kSm80WideTile) || (dilated_splits && dilated_split(mask, kSm80NarrowTile))) return false;
+  const int forced = forced_sm80_wide_tile().load();
+  if (forced == 0 || !tile_fits(mask, kSm80WideTile) || (dilated_splits && dilated_split(mask, kSm80NarrowTile)))
+    return false;
+  if (forced == 1) return true;
   return plan_pairs(mask, kSm80NarrowTile) > sm80_narrow_tile_work_share(head_dim) * plan_pairs(mask, kSm80WideTile);
 }
 
@@ -196,6 +204,10 @@ std::optional<bool> force_sm90_narrow_tile(std::optional<bool> narrow) {
 
 std::optional<bool> force_sm90_small_tile(std::optional<bool> small) {
   return exchange_forced(forced_small_tile(), small);
+}
+
+std::optional<bool> force_sm80_wide_tile(std::optional<bool> wide) {
+  return exchange_forced(forced_sm80_wide_tile(), wide);
 }
 
 TileShape call_tile(bool sm90, int64_t head_dim, const BlockMask& mask, bool dilated_splits, bool packed_heads) {

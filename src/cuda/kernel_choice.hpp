@@ -23,16 +23,16 @@ bool choose_sm90(const std::string& caller, int64_t head_dim, bool tile_fits,
                  const std::function<void()>& explain_misfit);
 
 // The base tile of a kernel: the sm90 kernel's for the head dim
-// (sm90_tile), or the sm80 kernel's for the head dim and whether the call's
-// blocks fit its wide tile (`sm80_wide_fits`). Dynamic attention runs it.
-TileShape kernel_tile(bool sm90, int64_t head_dim, bool sm80_wide_fits);
+// (sm90_tile), or the sm80 kernel's for the head dim and whether the call
+// takes its wide tile (`sm80_wide`). Dynamic attention runs it.
+TileShape kernel_tile(bool sm90, int64_t head_dim, bool sm80_wide);
 
 // Whether the sm80 kernel runs a call on `mask` at `head_dim` (one of
 // sm80_wide_head_dim) on its wide tile (fwd_sm80.hpp): the blocks fit it,
 // where the call makes dilated splits (`dilated_splits`) the mask has none,
 // and the narrow tile's plan computes more than 90% (D = 64) or 80% (D = 32)
 // of the wide tile's pairs (plan_key_tiles; BigBird and random blocks of
-// 64 fill 128-key tiles poorly).
+// 64 fill 128-key tiles poorly), unless force_sm80_wide_tile says otherwise.
 bool sm80_wide_tile(int64_t head_dim, const BlockMask& mask, bool dilated_splits);
 
 // Whether the sm90 kernel runs a call on `mask` at a head dim of
@@ -105,5 +105,9 @@ std::optional<bool> force_sm90_narrow_tile(std::optional<bool> narrow);
 // blocks fit it and the call makes no dilated split of the mask on the wide
 // tile).
 std::optional<bool> force_sm90_small_tile(std::optional<bool> small);
+
+// The same for the sm80 wide-tile choice (sm80_wide_tile; true: wherever the
+// blocks fit it and the call makes no dilated split of the mask).
+std::optional<bool> force_sm80_wide_tile(std::optional<bool> wide);
 
 }  // namespace spattn::cuda_detail

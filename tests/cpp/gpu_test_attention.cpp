@@ -163,6 +163,9 @@ TEST(GpuAttention, SplitLongRows) {
 // kernel); scripts/gpu_check.sh runs these under compute-sanitizer.
 TEST(GpuSanitizerSmall, EachKernelPath) {
   SPATTN_REQUIRE_GPU();
+  // The sm80 kernel's 128 x 128 tile wherever the blocks fit it (D <= 64);
+  // its 128 x 64 tile at D = 64 last.
+  const ForcedTile sm80_wide(cuda_detail::force_sm80_wide_tile, true);
   GpuProblem pr;
   pr.q_len = 150;
   pr.k_len = 190;
@@ -203,6 +206,8 @@ TEST(GpuSanitizerSmall, EachKernelPath) {
   // Three query positions of the same heads: copied into packed rows and back.
   pr.q_len = 3;
   expect_matches_reference(pr, 8);
+  const ForcedTile sm80_narrow(cuda_detail::force_sm80_wide_tile, false);
+  expect_matches_reference(bigbird_on_blocks_of_64(64), 9);
 }
 
 TEST(GpuAttention, NaiveBaseline) {

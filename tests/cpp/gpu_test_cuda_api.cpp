@@ -1051,8 +1051,8 @@ TEST(CudaTilePlan, TallTileWhereItCostsNoMoreWork) {
 // masks, BigBird on 128 x 128 blocks, nor a call that makes a dilated split
 // on the wide tile; and wherever the blocks fit no 128-key tile (192 keys),
 // whatever is forced. Always at D = 256 (its own tile). (The small tile,
-// which calls at D = 64 would take for several of these masks, is forced
-// off.) Host-only: the choice needs no device.
+// which calls at D = 64 and 128 would take for several of these masks, is
+// forced off.) Host-only: the choice needs no device.
 TEST(CudaTilePlan, NarrowTileWhereItSavesWork) {
   const auto tile_of = [](const Pattern& pattern, int64_t len, int64_t block_q, int64_t block_k, int64_t head_dim,
                           bool splits) {
@@ -1060,7 +1060,7 @@ TEST(CudaTilePlan, NarrowTileWhereItSavesWork) {
     const TileShape t = cuda_detail::call_tile(true, head_dim, mask, splits);
     return std::to_string(t.rows) + "x" + std::to_string(t.cols);
   };
-  const ForcedSm90Tile no_small(cuda_detail::force_sm90_small_tile, false);
+  const ForcedTile no_small(cuda_detail::force_sm90_small_tile, false);
   const Pattern bigbird64 = Pattern::bigbird(16384, 64, 3, 1, 3, 0);
   EXPECT_EQ(tile_of(bigbird64, 16384, 64, 64, 128, true), "128x64");
   EXPECT_EQ(tile_of(bigbird64, 16384, 64, 64, 64, true), "128x64");
@@ -1090,12 +1090,12 @@ TEST(CudaTilePlan, NarrowTileWhereItSavesWork) {
   const Pattern dilated = Pattern::unite(Pattern::dilated({2048}, {4}, true), Pattern::sliding_window(512));
   EXPECT_EQ(tile_of(dilated, 16384, 128, 128, 128, true), "128x128");
   {
-    const ForcedSm90Tile always(cuda_detail::force_sm90_narrow_tile, true);
+    const ForcedTile always(cuda_detail::force_sm90_narrow_tile, true);
     EXPECT_EQ(tile_of(Pattern::dense(), 4096, 128, 128, 128, true), "128x64");
     EXPECT_EQ(tile_of(dilated, 16384, 128, 128, 128, true), "128x128");
     EXPECT_EQ(tile_of(dilated, 16384, 128, 128, 128, false), "128x64");
   }
-  const ForcedSm90Tile never(cuda_detail::force_sm90_narrow_tile, false);
+  const ForcedTile never(cuda_detail::force_sm90_narrow_tile, false);
   EXPECT_EQ(tile_of(bigbird64, 16384, 64, 64, 128, true), "128x128");
   EXPECT_EQ(tile_of(Pattern::causal(), 4096, 128, 192, 128, true), "128x64");
 }
@@ -1106,7 +1106,7 @@ TEST(CudaTilePlan, NarrowTileWhereItSavesWork) {
 // than the wide tile's plan's pairs and the narrow tile's over that tile's
 // share: BigBird on 64 x 64 blocks (its plan computes 39% of the wide plan's
 // pairs, the narrow plan 62%), not BigBird on 128 x 128 blocks nor causal
-// masks on blocks of 64 (whose small plan computes 99.8% of the wide one's),
+// masks on blocks of 64 (whose small plan computes 99.6% of the wide one's),
 // nor blocks of 128 x 64 (as many pairs as the narrow plan's); never at
 // D = 256, nor for a call whose query heads are packed into a tile's rows.
 // Host-only.
@@ -1131,23 +1131,23 @@ TEST(CudaTilePlan, SmallTileWhereItSavesWork) {
   {
     const ForcedTallTile no_tall(false);
     EXPECT_EQ(tile_of(Pattern::causal(), 64, 64, 64), "128x128");
-    const ForcedSm90Tile always(cuda_detail::force_sm90_small_tile, true);
+    const ForcedTile always(cuda_detail::force_sm90_small_tile, true);
     EXPECT_EQ(tile_of(Pattern::dense(), 128, 128, 64), "64x64");
     EXPECT_EQ(tile_of(Pattern::dense(), 128, 128, 128), "64x64");
     EXPECT_EQ(tile_of(Pattern::dense(), 128, 128, 64, true), "128x128");
     EXPECT_EQ(tile_of(Pattern::dense(), 128, 128, 256), "128x64");
   }
-  const ForcedSm90Tile never(cuda_detail::force_sm90_small_tile, false);
+  const ForcedTile never(cuda_detail::force_sm90_small_tile, false);
   EXPECT_EQ(tile_of(bigbird64, 64, 64, 64), "128x64");
   EXPECT_EQ(tile_of(bigbird64, 64, 64, 128), "128x64");
 }
 
 // The sm80 kernel runs a call at head dims up to 64 on its narrow tile
 // (128 x 64) where that tile's plan computes at most 90% (D = 64) or 80%
-// (D = 32) of the wide tile's pairs: BigBird and random blocks on 64 x 64
-// blocks (the narrow plan computes 62% of BigBird's wide plan's pairs), not
-// dense or causal masks nor BigBird on 128 x 128 blocks; always at D = 128
-// (its only tile there). Host-only.
+// (D = 32) of the wide tile's pairs: BigBird on 64 x 64 blocks (the narrow
+// plan computes 62% of BigBird's wide plan's pairs), not dense or causal
+// masks nor BigBird on 128 x 128 blocks, unless force_sm80_wide_tile says
+// otherwise; always at D = 128 (its only tile there). Host-only.
 TEST(CudaTilePlan, Sm80NarrowTileWhereItSavesWork) {
   const auto tile_of = [](const Pattern& pattern, int64_t block, int64_t head_dim) {
     const BlockMask mask = BlockMask::build(pattern, MaskShape{16384, 16384, block, block, 1});
@@ -1163,6 +1163,13 @@ TEST(CudaTilePlan, Sm80NarrowTileWhereItSavesWork) {
     EXPECT_EQ(tile_of(Pattern::bigbird(16384, 128, 3, 1, 3, 0), 128, head_dim), "128x128");
   }
   EXPECT_EQ(tile_of(Pattern::dense(), 128, 128), "128x64");
+  {
+    const ForcedTile wide(cuda_detail::force_sm80_wide_tile, true);
+    EXPECT_EQ(tile_of(bigbird64, 64, 64), "128x128");
+    EXPECT_EQ(tile_of(bigbird64, 64, 128), "128x64");
+  }
+  const ForcedTile narrow(cuda_detail::force_sm80_wide_tile, false);
+  EXPECT_EQ(tile_of(Pattern::dense(), 64, 64), "128x64");
 }
 
 // Blocks of 192 query rows fit only the sm90 kernel's small tile among the

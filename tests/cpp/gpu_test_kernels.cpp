@@ -39,6 +39,24 @@ TEST_P(GpuKernels, EveryPatternBothDtypesBothHeadDims) {
     }
 }
 
+// The sm80 kernel's 128 x 64 tile at head dims 32 and 64, which calls take
+// for masks whose blocks fill its 128 x 128 tile poorly (sm80_wide_tile;
+// forced here, where the fixture forces the wide tile): every pattern and
+// BigBird on blocks of 64. The sm90 runs skip.
+TEST_P(GpuKernels, Sm80NarrowTileUpToHeadDim64) {
+  if (GetParam() != CudaKernel::Sm80) GTEST_SKIP() << "a tile of the sm80 kernel";
+  const ForcedTile narrow(cuda_detail::force_sm80_wide_tile, false);
+  std::mt19937_64 rng(2951);
+  uint64_t seed = 2950;
+  for (GpuProblem pr : pattern_problems(every_pattern_cases(rng)))
+    for (int64_t d : {32, 64}) {
+      pr.head_dim = d;
+      pr.block_q = pr.block_k = 64;
+      expect_matches_reference(pr, seed++);
+    }
+  for (int64_t d : {32, 64}) expect_matches_reference(bigbird_on_blocks_of_64(d), seed++);
+}
+
 // Head dim 256 runs the sm90 kernel on its narrow (128 x 64) tile: patterns
 // with full, partial and ragged tiles, both dtypes, Lq != Lk, GQA, mask blocks
 // smaller and larger than the tile, a split row and a dilated split.
@@ -227,8 +245,8 @@ TEST_P(GpuKernels, GroupedQueryHeadsBatchesAndLayouts) {
 // Mask blocks 16..256 on both sides at head dims 128 and 64 (the sm80
 // kernel's 64- and 128-key tiles); blocks that fit only 64-key tiles
 // (block_k 192, 320) keep the sm80 kernel on its narrow tile at head dims 32
-// and 64, the sm90 kernel on its small tile at 64 and 128 (it has no head
-// dim 32).
+// and 64, the sm90 kernel on its small or narrow tile at 64 and 128 (it has
+// no head dim 32).
 TEST_P(GpuKernels, MaskBlockSizesAndEmptyRows) {
   std::mt19937_64 rng(2500);
   uint64_t seed = 2500;
@@ -393,11 +411,11 @@ struct Sm90TileOption {
   const char* name;
   int64_t head_dim;
   cuda_detail::TileShape tile;
-  ForcedSm90Tile::Force force;  // taken wherever it fits; the other options never
+  ForcedTile::Force force;  // taken wherever it fits; the other options never
 };
 
 // Every optional sm90 tile's forcing switch.
-constexpr ForcedSm90Tile::Force kSm90TileForces[] = {cuda_detail::force_sm90_tall_tile,
+constexpr ForcedTile::Force kSm90TileForces[] = {cuda_detail::force_sm90_tall_tile,
                                                      cuda_detail::force_sm90_narrow_tile,
                                                      cuda_detail::force_sm90_small_tile};
 
@@ -408,8 +426,8 @@ class GpuSm90TileOption : public ::testing::TestWithParam<Sm90TileOption> {
     if (!cuda_sm90_kernel_available() || !cuda_detail::fwd_sm90_supports_head_dim(GetParam().head_dim))
       GTEST_SKIP() << "no sm90 kernel for head dim " << GetParam().head_dim << " on this device and build";
     kernel_ = std::make_unique<ForcedKernel>(CudaKernel::Sm90);
-    for (ForcedSm90Tile::Force force : kSm90TileForces)
-      tiles_.push_back(std::make_unique<ForcedSm90Tile>(force, force == GetParam().force));
+    for (ForcedTile::Force force : kSm90TileForces)
+      tiles_.push_back(std::make_unique<ForcedTile>(force, force == GetParam().force));
   }
   void TearDown() override {
     tiles_.clear();
@@ -435,7 +453,7 @@ class GpuSm90TileOption : public ::testing::TestWithParam<Sm90TileOption> {
 
  private:
   std::unique_ptr<ForcedKernel> kernel_;
-  std::vector<std::unique_ptr<ForcedSm90Tile>> tiles_;
+  std::vector<std::unique_ptr<ForcedTile>> tiles_;
 };
 
 TEST_P(GpuSm90TileOption, EveryPatternBothDtypesBothBlockRows) {
@@ -501,17 +519,6 @@ INSTANTIATE_TEST_SUITE_P(
                                      cuda_detail::force_sm90_narrow_tile}),
     [](const ::testing::TestParamInfo<Sm90TileOption>& info) { return std::string(info.param.name); });
 
-// BigBird on 64 x 64 blocks over 700 tokens at `head_dim`: its random
-// blocks fill few of the 128-row tiles' sub-blocks.
-GpuProblem bigbird_on_blocks_of_64(int64_t head_dim) {
-  GpuProblem pr;
-  pr.pattern = Pattern::bigbird(700, 64, 3, 1, 3, 11);
-  pr.q_len = pr.k_len = 700;
-  pr.block_q = pr.block_k = 64;
-  pr.head_dim = head_dim;
-  return pr;
-}
-
 // Small problems through each path of the Hopper kernel (mask walked directly
 // and through a derived plan, partial and ragged tiles, a split row, both
 // passes of a dilated split, each tile); scripts/gpu_check.sh runs these under
@@ -556,9 +563,9 @@ TEST(GpuSanitizerSm90, EachKernelPath) {
     // D = 128 and 64 on the narrow tile: BigBird on 64-row blocks
     // (warpgroups whose rows hold no kept block of a tile skip it), and
     // blocks of 192 keys.
-    const ForcedSm90Tile narrow(cuda_detail::force_sm90_narrow_tile, true);
+    const ForcedTile narrow(cuda_detail::force_sm90_narrow_tile, true);
     const ForcedTallTile no_tall(false);
-    const ForcedSm90Tile no_small(cuda_detail::force_sm90_small_tile, false);
+    const ForcedTile no_small(cuda_detail::force_sm90_small_tile, false);
     uint64_t seed = 10;
     for (int64_t head_dim : {128, 64}) {
       GpuProblem bigbird = bigbird_on_blocks_of_64(head_dim);
@@ -574,7 +581,7 @@ TEST(GpuSanitizerSm90, EachKernelPath) {
     // per multiprocessor): BigBird on 64-row blocks (full tiles; two score
     // tiles at D = 64), a window on 32-row blocks (partial tiles), ragged
     // ends.
-    const ForcedSm90Tile small(cuda_detail::force_sm90_small_tile, true);
+    const ForcedTile small(cuda_detail::force_sm90_small_tile, true);
     const ForcedTallTile no_tall(false);
     uint64_t seed = 14;
     for (int64_t head_dim : {64, 128}) {

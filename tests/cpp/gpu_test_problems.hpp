@@ -97,6 +97,17 @@ inline std::vector<GpuProblem> grouped_query_problems() {
   return problems;
 }
 
+// BigBird on 64 x 64 blocks over 700 tokens at `head_dim`: its random
+// blocks fill few of a 128-row tile's sub-blocks.
+inline GpuProblem bigbird_on_blocks_of_64(int64_t head_dim) {
+  GpuProblem pr;
+  pr.pattern = Pattern::bigbird(700, 64, 3, 1, 3, 11);
+  pr.q_len = pr.k_len = 700;
+  pr.block_q = pr.block_k = 64;
+  pr.head_dim = head_dim;
+  return pr;
+}
+
 // A 4 x 4 grid of 64-token blocks (250 tokens) whose row blocks 1 and 3 keep
 // nothing.
 inline GpuProblem rows_without_keys_problem() {

@@ -63,16 +63,16 @@ class ForcedUnitOrder {
   std::optional<cuda_detail::UnitOrder> previous_;
 };
 
-// Forces one of the sm90 tile choices (kernel_choice.hpp:
-// force_sm90_tall_tile, force_sm90_narrow_tile, force_sm90_small_tile) for
+// Forces one of the tile choices (kernel_choice.hpp: force_sm90_tall_tile,
+// force_sm90_narrow_tile, force_sm90_small_tile, force_sm80_wide_tile) for
 // its lifetime.
-class ForcedSm90Tile {
+class ForcedTile {
  public:
   using Force = std::optional<bool> (*)(std::optional<bool>);
-  ForcedSm90Tile(Force force, bool take) : force_(force), previous_(force(take)) {}
-  ~ForcedSm90Tile() { force_(previous_); }
-  ForcedSm90Tile(const ForcedSm90Tile&) = delete;
-  ForcedSm90Tile& operator=(const ForcedSm90Tile&) = delete;
+  ForcedTile(Force force, bool take) : force_(force), previous_(force(take)) {}
+  ~ForcedTile() { force_(previous_); }
+  ForcedTile(const ForcedTile&) = delete;
+  ForcedTile& operator=(const ForcedTile&) = delete;
 
  private:
   Force force_;
@@ -80,15 +80,19 @@ class ForcedSm90Tile {
 };
 
 // The tall-tile choice forced for its lifetime.
-class ForcedTallTile : public ForcedSm90Tile {
+class ForcedTallTile : public ForcedTile {
  public:
-  explicit ForcedTallTile(bool tall) : ForcedSm90Tile(cuda_detail::force_sm90_tall_tile, tall) {}
+  explicit ForcedTallTile(bool tall) : ForcedTile(cuda_detail::force_sm90_tall_tile, tall) {}
 };
 
 // A suite whose tests run once per fused kernel, forced (the parameter);
 // without a device they skip, and the sm90 runs skip where the device or the
 // build has no sm90 kernel. Instantiate with ::testing::Values(CudaKernel::Sm80,
-// CudaKernel::Sm90) and forced_kernel_name.
+// CudaKernel::Sm90) and forced_kernel_name. The sm80 runs take that kernel's
+// 128 x 128 tile wherever the blocks fit it (head dims up to 64), so its
+// paths stay covered by small problems, whose ragged last key tile alone
+// would send many of them to the 128 x 64 tile (sm80_wide_tile; that
+// choice is tested on its own).
 class ForcedKernelTest : public ::testing::TestWithParam<CudaKernel> {
  protected:
   void SetUp() override {
@@ -96,11 +100,17 @@ class ForcedKernelTest : public ::testing::TestWithParam<CudaKernel> {
     if (GetParam() == CudaKernel::Sm90 && !cuda_sm90_kernel_available())
       GTEST_SKIP() << "the sm90 kernel needs a device of compute capability 9.0 and a build for it";
     forced_ = std::make_unique<ForcedKernel>(GetParam());
+    if (GetParam() == CudaKernel::Sm80)
+      sm80_wide_ = std::make_unique<ForcedTile>(cuda_detail::force_sm80_wide_tile, true);
   }
-  void TearDown() override { forced_.reset(); }
+  void TearDown() override {
+    sm80_wide_.reset();
+    forced_.reset();
+  }
 
  private:
   std::unique_ptr<ForcedKernel> forced_;
+  std::unique_ptr<ForcedTile> sm80_wide_;
 };
 
 inline std::string forced_kernel_name(const ::testing::TestParamInfo<CudaKernel>& info) {

@@ -17,14 +17,16 @@ namespace spattn::cuda_detail {
 
 // The kernel tiles: 128 queries x 128 keys up to D = 64, where the scores of
 // 128 keys and O still fit a thread's registers and a tile's products are
-// short, so fewer barriers per product pay; 128 x 64 above, and at any head
-// dim for masks whose blocks fit only that tile (block_k 192, say). Both take
-// every power-of-two mask block from 16 to 256.
+// short, so fewer barriers per product pay; 128 x 64 above, at any head dim
+// for masks whose blocks fit only that tile (block_k 192, say), and up to
+// D = 64 for masks whose blocks fill it far better than the wide one
+// (sm80_wide_tile in kernel_choice.hpp). Both take every power-of-two mask
+// block from 16 to 256.
 constexpr TileShape kSm80WideTile{128, 128};
 constexpr TileShape kSm80NarrowTile{128, 64};
 constexpr bool sm80_wide_head_dim(int64_t head_dim) { return head_dim <= 64; }
-constexpr TileShape sm80_tile(int64_t head_dim, bool wide_tile_fits) {
-  return sm80_wide_head_dim(head_dim) && wide_tile_fits ? kSm80WideTile : kSm80NarrowTile;
+constexpr TileShape sm80_tile(int64_t head_dim, bool wide_tile) {
+  return sm80_wide_head_dim(head_dim) && wide_tile ? kSm80WideTile : kSm80NarrowTile;
 }
 
 // CTAs of the kernel that run on one multiprocessor at a time: two up to

@@ -24,6 +24,8 @@
 
 #include <cstdint>
 
+#include "cuda/fwd_sm90/fwd_sm90.hpp"
+
 namespace spattn::cuda_detail {
 
 template <typename T_, int kHeadDim_, int kConsumerGroups_, int kBlockN_>
@@ -33,9 +35,10 @@ struct Sm90Traits {
   static constexpr int kConsumerGroups = kConsumerGroups_;
   static constexpr int kBlockM = 64 * kConsumerGroups;  // query rows per CTA
   static constexpr int kBlockN = kBlockN_;  // keys per tile
-  // CTAs per multiprocessor: two of one consumer warpgroup each, whose
-  // products and softmax interleave as two warpgroups of one CTA do.
-  static constexpr int kCtasPerSm = kConsumerGroups == 1 ? 2 : 1;
+  // CTAs per multiprocessor (as the plans count them): two on the 64 x 64
+  // tile, of one consumer warpgroup each, whose products and softmax
+  // interleave as two warpgroups of one CTA do; one on the others.
+  static constexpr int kCtasPerSm = sm90_ctas_per_sm(TileShape{kBlockM, kBlockN});
   static constexpr int kConsumerThreads = kConsumerGroups * 128;
   static constexpr int kThreads = 128 + kConsumerThreads;
   static constexpr int kGroupRows = kBlockM / kConsumerGroups;  // rows of one wgmma m64 tile

@@ -11,6 +11,7 @@
 // for it; elsewhere its cases are skipped.
 #include <gtest/gtest.h>
 
+#include <initializer_list>
 #include <memory>
 #include <random>
 #include <string>
@@ -28,16 +29,22 @@ namespace {
 
 class GpuKernels : public ForcedKernelTest {};
 
-TEST_P(GpuKernels, EveryPatternBothDtypesBothHeadDims) {
-  std::mt19937_64 rng(2101);
-  uint64_t seed = 2200;
+// Every pattern in both dtypes on blocks of 64 at each of `head_dims`, the
+// cases drawn from rng(rng_seed), the inputs from seeds counted up from `seed`
+// (returned past the last).
+uint64_t expect_every_pattern_on_blocks_of_64(std::initializer_list<int64_t> head_dims, uint64_t rng_seed,
+                                               uint64_t seed) {
+  std::mt19937_64 rng(rng_seed);
   for (GpuProblem pr : pattern_problems(every_pattern_cases(rng)))
-    for (int64_t d : {64, 128}) {
+    for (int64_t d : head_dims) {
       pr.head_dim = d;
       pr.block_q = pr.block_k = 64;
       expect_matches_reference(pr, seed++);
     }
+  return seed;
 }
+
+TEST_P(GpuKernels, EveryPatternBothDtypesBothHeadDims) { expect_every_pattern_on_blocks_of_64({64, 128}, 2101, 2200); }
 
 // The sm80 kernel's 128 x 64 tile at head dims 32 and 64, which calls take
 // for masks whose blocks fill its 128 x 128 tile poorly (sm80_wide_tile;
@@ -46,14 +53,7 @@ TEST_P(GpuKernels, EveryPatternBothDtypesBothHeadDims) {
 TEST_P(GpuKernels, Sm80NarrowTileUpToHeadDim64) {
   if (GetParam() != CudaKernel::Sm80) GTEST_SKIP() << "a tile of the sm80 kernel";
   const ForcedTile narrow(cuda_detail::force_sm80_wide_tile, false);
-  std::mt19937_64 rng(2951);
-  uint64_t seed = 2950;
-  for (GpuProblem pr : pattern_problems(every_pattern_cases(rng)))
-    for (int64_t d : {32, 64}) {
-      pr.head_dim = d;
-      pr.block_q = pr.block_k = 64;
-      expect_matches_reference(pr, seed++);
-    }
+  uint64_t seed = expect_every_pattern_on_blocks_of_64({32, 64}, 2951, 2950);
   for (int64_t d : {32, 64}) expect_matches_reference(bigbird_on_blocks_of_64(d), seed++);
 }
 

@@ -360,11 +360,13 @@ void cuda_prepare_mask(const BlockMask& mask) {
   if (cuda_kernel() != CudaKernel::Sm80 && cuda_detail::fwd_sm90_available()) {
     for (const cuda_detail::TileShape tile : {cuda_detail::kSm90WideTile, cuda_detail::kSm90NarrowTile})
       if (cuda_detail::tile_fits(mask, tile)) prepare(tile, true);
-    // The tall and the small tile's plans where calls take them (varlen
-    // calls: they make no dilated split).
-    if (cuda_detail::sm90_tall_tile(mask, false)) prepare(cuda_detail::kSm90TallTile, false);
-    if (cuda_detail::sm90_small_tile(64, mask, false) || cuda_detail::sm90_small_tile(128, mask, false))
-      prepare(cuda_detail::kSm90SmallTile, true);
+    // The tall and the small tile's plans where calls at a head dim that has
+    // them take them (varlen calls make no dilated split).
+    for (const int64_t head_dim : {64, 128})
+      for (const bool splits : {true, false}) {
+        const cuda_detail::TileShape tile = cuda_detail::call_tile(true, head_dim, mask, splits);
+        if (tile == cuda_detail::kSm90TallTile || tile == cuda_detail::kSm90SmallTile) prepare(tile, splits);
+      }
   }
 }
 

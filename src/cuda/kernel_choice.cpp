@@ -90,28 +90,20 @@ double plan_pairs(const BlockMask& mask, TileShape tile) {
   return static_cast<double>(plan_key_tiles(mask, tile)) * static_cast<double>(tile.rows * tile.cols);
 }
 
-// The sm80 kernel's narrow tile's plan must compute at most this share of
-// the wide tile's pairs to run faster: it ran dense 5% slower at D = 64 and
-// 15% slower at D = 32 (same-run A/B on an H200); the shares leave a margin.
-constexpr double sm80_narrow_tile_work_share(int64_t head_dim) { return head_dim <= 32 ? 0.8 : 0.9; }
+// The speed per computed pair of the sm80 kernel's narrow tile against its
+// wide tile, a margin below the measured one: it ran dense 5% slower at
+// D = 64 and 15% slower at D = 32 (same-run A/B on an H200).
+constexpr double sm80_narrow_tile_speed(int64_t head_dim) { return head_dim <= 32 ? 0.8 : 0.9; }
 
-// The tall tile's plan may compute this much more than the 128-row tile's
-// and still run faster (its kernel is 7-10% faster on equal work at D = 64).
-constexpr double kTallTileWorkSlack = 1.05;
-
-// The narrow tile's plan must compute at most this share of the wide tile's
-// pairs to run faster: its kernel runs dense about 20% slower per pair than
-// the wide tile at D = 128, and 31% slower than the tall tile (which dense
-// calls take) at D = 64, where the share leaves a margin (same-run A/Bs on
-// an H200).
-constexpr double narrow_tile_work_share(int64_t head_dim) { return head_dim <= 64 ? 0.65 : 0.8; }
-
-// The small tile's plan must compute at most this share of the pairs of the
-// wide tile's plan (and of the narrow tile's plan over that tile's share):
-// it ran dense at D = 64 27% slower per pair than the tall tile, which runs
-// 7-10% faster than the wide one, and at D = 128 24% slower than the wide
-// tile (same-run A/Bs on an H200); the shares leave a margin.
-constexpr double small_tile_work_share(int64_t head_dim) { return head_dim <= 64 ? 0.65 : 0.7; }
+// The speed per computed pair of the sm90 kernel's optional tiles against
+// its wide tile, each a margin below the measured one (same-run A/Bs):
+// the tall tile ran 7-10% faster on equal work at D = 64 (H100); the narrow
+// tile ran dense 20% slower than the wide tile at D = 128 and 31% slower
+// than the tall tile at D = 64; the small tile 24% slower than the wide
+// tile at D = 128 and 27% slower than the tall tile at D = 64 (H200).
+constexpr double kTallTileSpeed = 1.05;
+constexpr double narrow_tile_speed(int64_t head_dim) { return head_dim <= 64 ? 0.65 : 0.8; }
+constexpr double small_tile_speed(int64_t head_dim) { return head_dim <= 64 ? 0.65 : 0.7; }
 
 // A forced tile choice (force_sm90_tall_tile, force_sm90_narrow_tile,
 // force_sm90_small_tile, force_sm80_wide_tile): -1 none, 0 never, 1 wherever
@@ -144,6 +136,44 @@ bool small_tile_fits(const BlockMask& mask) {
   return tile_fits(mask, kSm90SmallTile) && mask.block_q() >= 16 && mask.block_k() >= 16;
 }
 
+// The sm90 kernel's tile for a call at a head dim with optional tiles that
+// makes no dilated split on the wide tile: the first option (tall, small,
+// narrow, in that order) forced on where the call may take it, else the
+// option whose plan computes the fewest pairs over its speed per pair, ties
+// to the earlier one, the wide tile last. An option forced off is never
+// taken, but for the narrow tile where the wide one does not fit.
+TileShape sm90_option_tile(int64_t head_dim, const BlockMask& mask, bool packed_heads) {
+  const bool wide_fits = tile_fits(mask, kSm90WideTile);
+  const int narrow_forced = forced_narrow_tile().load();
+  struct Option {
+    TileShape tile;
+    bool eligible;
+    double speed;
+    int forced;
+  };
+  const Option options[] = {
+      {kSm90TallTile, sm90_tall_head_dim(head_dim) && wide_fits && tile_fits(mask, kSm90TallTile), kTallTileSpeed,
+       forced_tall_tile().load()},
+      {kSm90SmallTile, sm90_small_head_dim(head_dim) && !packed_heads && small_tile_fits(mask),
+       small_tile_speed(head_dim), forced_small_tile().load()},
+      {kSm90NarrowTile, sm90_narrow_option_head_dim(head_dim) && tile_fits(mask, kSm90NarrowTile),
+       narrow_tile_speed(head_dim), wide_fits || narrow_forced != 0 ? narrow_forced : -1},
+      {kSm90WideTile, wide_fits, 1.0, -1}};
+  for (const Option& option : options)
+    if (option.eligible && option.forced == 1) return option.tile;
+  const Option* best = nullptr;
+  double best_cost = 0;
+  for (const Option& option : options) {
+    if (!option.eligible || option.forced == 0) continue;
+    const double cost = plan_pairs(mask, option.tile) / option.speed;
+    if (best == nullptr || cost < best_cost) {
+      best = &option;
+      best_cost = cost;
+    }
+  }
+  return best != nullptr ? best->tile : kSm90WideTile;
+}
+
 }  // namespace
 
 // The dilated split's permuted pass masks every tile: on the sm80 kernel's
@@ -155,37 +185,7 @@ bool sm80_wide_tile(int64_t head_dim, const BlockMask& mask, bool dilated_splits
   if (forced == 0 || !tile_fits(mask, kSm80WideTile) || (dilated_splits && dilated_split(mask, kSm80NarrowTile)))
     return false;
   if (forced == 1) return true;
-  return plan_pairs(mask, kSm80NarrowTile) > sm80_narrow_tile_work_share(head_dim) * plan_pairs(mask, kSm80WideTile);
-}
-
-bool sm90_tall_tile(const BlockMask& mask, bool dilated_splits) {
-  const int forced = forced_tall_tile().load();
-  if (forced == 0 || !tile_fits(mask, kSm90TallTile) || !tile_fits(mask, kSm90WideTile) ||
-      (dilated_splits && dilated_split(mask, kSm90WideTile)))
-    return false;
-  if (forced == 1) return true;
-  return plan_pairs(mask, kSm90TallTile) <= kTallTileWorkSlack * plan_pairs(mask, kSm90WideTile);
-}
-
-bool sm90_narrow_tile(int64_t head_dim, const BlockMask& mask, bool dilated_splits) {
-  if (!tile_fits(mask, kSm90NarrowTile)) return false;
-  if (!tile_fits(mask, kSm90WideTile)) return true;
-  const int forced = forced_narrow_tile().load();
-  if (forced == 0 || (dilated_splits && dilated_split(mask, kSm90WideTile))) return false;
-  if (forced == 1) return true;
-  return plan_pairs(mask, kSm90NarrowTile) <= narrow_tile_work_share(head_dim) * plan_pairs(mask, kSm90WideTile);
-}
-
-bool sm90_small_tile(int64_t head_dim, const BlockMask& mask, bool dilated_splits) {
-  const int forced = forced_small_tile().load();
-  if (forced == 0 || !small_tile_fits(mask) ||
-      (dilated_splits && tile_fits(mask, kSm90WideTile) && dilated_split(mask, kSm90WideTile)))
-    return false;
-  if (forced == 1) return true;
-  const double cost = plan_pairs(mask, kSm90SmallTile) / small_tile_work_share(head_dim);
-  if (tile_fits(mask, kSm90WideTile) && cost > plan_pairs(mask, kSm90WideTile)) return false;
-  return !tile_fits(mask, kSm90NarrowTile) ||
-         cost <= plan_pairs(mask, kSm90NarrowTile) / narrow_tile_work_share(head_dim);
+  return plan_pairs(mask, kSm80NarrowTile) > sm80_narrow_tile_speed(head_dim) * plan_pairs(mask, kSm80WideTile);
 }
 
 bool sm90_tile_fits(int64_t head_dim, const BlockMask& mask, bool packed_heads) {
@@ -211,13 +211,14 @@ std::optional<bool> force_sm80_wide_tile(std::optional<bool> wide) {
 }
 
 TileShape call_tile(bool sm90, int64_t head_dim, const BlockMask& mask, bool dilated_splits, bool packed_heads) {
-  if (sm90 && sm90_tall_head_dim(head_dim) && sm90_tall_tile(mask, dilated_splits)) return kSm90TallTile;
-  if (sm90 && sm90_small_head_dim(head_dim) && !packed_heads && sm90_small_tile(head_dim, mask, dilated_splits))
-    return kSm90SmallTile;
-  if (sm90 && sm90_narrow_option_head_dim(head_dim) && sm90_narrow_tile(head_dim, mask, dilated_splits))
-    return kSm90NarrowTile;
-  const bool wide = !sm90 && sm80_wide_head_dim(head_dim) && sm80_wide_tile(head_dim, mask, dilated_splits);
-  return kernel_tile(sm90, head_dim, wide);
+  if (!sm90)
+    return kernel_tile(false, head_dim, sm80_wide_head_dim(head_dim) && sm80_wide_tile(head_dim, mask, dilated_splits));
+  const bool options =
+      sm90_tall_head_dim(head_dim) || sm90_small_head_dim(head_dim) || sm90_narrow_option_head_dim(head_dim);
+  // Both passes of a dilated split run on the split made for the kernel's own tile.
+  if (!options || (dilated_splits && tile_fits(mask, kSm90WideTile) && dilated_split(mask, kSm90WideTile)))
+    return sm90_tile(head_dim);
+  return sm90_option_tile(head_dim, mask, packed_heads);
 }
 
 }  // namespace cuda_detail

@@ -35,45 +35,24 @@ TileShape kernel_tile(bool sm90, int64_t head_dim, bool sm80_wide);
 // 64 fill 128-key tiles poorly), unless force_sm80_wide_tile says otherwise.
 bool sm80_wide_tile(int64_t head_dim, const BlockMask& mask, bool dilated_splits);
 
-// Whether the sm90 kernel runs a call on `mask` at a head dim of
-// sm90_tall_head_dim on its tall tile (fwd_sm90.hpp): the blocks fit it and
-// the 128-row tile (the kernel's own, sm90_tile),
-// where the call makes dilated splits (`dilated_splits`) the mask has none
-// (their passes keep the 128-row tile), and the tall tile's plan computes at
-// most 5% more pairs than the 128-row tile's (both counted on the host once
-// per mask, plan_key_tiles), unless force_sm90_tall_tile says otherwise.
-bool sm90_tall_tile(const BlockMask& mask, bool dilated_splits);
-
-// Whether the sm90 kernel runs a call on `mask` at `head_dim` (one of
-// sm90_narrow_option_head_dim) on its narrow tile (fwd_sm90.hpp), where
-// call_tile asks after the tall and the small tile: the blocks fit it and
-// not the wide tile; or they fit both, where the call makes
-// dilated splits (`dilated_splits`) the mask has none on the wide tile, and
-// the narrow tile's plan computes at most 80% (D = 128) or 65% (D = 64) of
-// the wide tile's pairs (plan_key_tiles), unless force_sm90_narrow_tile
-// says otherwise.
-bool sm90_narrow_tile(int64_t head_dim, const BlockMask& mask, bool dilated_splits);
-
-// Whether the sm90 kernel runs a call on `mask` at `head_dim` (one of
-// sm90_small_head_dim) on its small tile (fwd_sm90.hpp): the blocks fit it,
-// where the call makes dilated splits (`dilated_splits`) the mask has none
-// on the wide tile, and its plan's pairs over small_tile_work_share (its
-// speed per pair against the wide tile's) are no more than the wide tile's
-// plan's pairs nor the narrow tile's plan's over that tile's share
-// (plan_key_tiles), unless force_sm90_small_tile says otherwise.
-bool sm90_small_tile(int64_t head_dim, const BlockMask& mask, bool dilated_splits);
-
 // Whether the mask's blocks fit a tile the sm90 kernel runs at `head_dim`
 // (its own, sm90_tile, or the narrow or small one where the head dim has it;
 // not the small one for a call whose query heads are packed into the rows of
 // a tile, `packed_heads`, as call_tile).
 bool sm90_tile_fits(int64_t head_dim, const BlockMask& mask, bool packed_heads);
 
-// The tile an attention call on `mask` runs (its plan is made for it): the
-// sm90 kernel's tall tile where sm90_tall_tile, its small tile where
-// sm90_small_tile (never for a call whose query heads are packed into the
-// rows of a tile, `packed_heads`: they take up to kMaxPackedRows rows), its
-// narrow tile where sm90_narrow_tile, else kernel_tile with sm80_wide_tile.
+// The tile an attention call on `mask` runs (its plan is made for it). The
+// sm80 kernel: kernel_tile with sm80_wide_tile. The sm90 kernel: its own
+// tile (sm90_tile) where the call makes dilated splits (`dilated_splits`)
+// and the mask has one on the wide tile (both passes run there); else, at
+// head dims with optional tiles (fwd_sm90.hpp), the tile among those the
+// blocks fit (the tall one only where the wide one fits too; the small one
+// never for a call whose query heads are packed into the rows of a tile,
+// `packed_heads`: they take up to kMaxPackedRows rows) whose plan computes
+// the fewest pairs over its speed per pair against the wide tile (tall
+// 1.05; narrow 0.65 at D = 64 and 0.8 at D = 128; small 0.65 and 0.7), ties
+// to the tall, small, narrow tile in that order; pairs counted on the host
+// once per mask (plan_key_tiles). The force_* switches below override it.
 TileShape call_tile(bool sm90, int64_t head_dim, const BlockMask& mask, bool dilated_splits,
                     bool packed_heads = false);
 
@@ -92,13 +71,16 @@ int64_t packed_query_heads(int64_t q_len, int64_t q_heads, int64_t kv_heads, con
 
 // Forces the sm90 tall-tile choice of call_tile: true takes the tall tile
 // wherever the blocks fit it and the call makes no dilated split of the mask,
-// false never, nullopt compares the plans again. Returns the setting before.
-// Process-wide; for tests that run every path on each kernel.
+// false never, nullopt compares the plans again (where several options are
+// forced on, the first of tall, small and narrow is taken). Returns the
+// setting before. Process-wide; for tests that run every path on each
+// kernel.
 std::optional<bool> force_sm90_tall_tile(std::optional<bool> tall);
 
 // The same for the sm90 narrow-tile choice of call_tile (true: wherever the
 // blocks fit both tiles and the call makes no dilated split of the mask on
-// the wide one; masks that fit only the narrow tile take it either way).
+// the wide one; false leaves it to masks whose blocks the wide tile does not
+// fit).
 std::optional<bool> force_sm90_narrow_tile(std::optional<bool> narrow);
 
 // The same for the sm90 small-tile choice of call_tile (true: wherever the

@@ -17,6 +17,7 @@
 #include "cuda/common/excluded_keys.hpp"
 #include "cuda/common/row_key_bits.hpp"
 #include "cuda/common/work_units.hpp"
+#include "cuda/fwd_sm90/fwd_sm90.hpp"
 #include "cuda/kernel_choice.hpp"
 #include "cuda/plan/dilated_split.hpp"
 #include "cuda/plan/tile_plan.hpp"
@@ -1170,6 +1171,37 @@ TEST(CudaTilePlan, Sm80NarrowTileWhereItSavesWork) {
   }
   const ForcedTile narrow(cuda_detail::force_sm80_wide_tile, false);
   EXPECT_EQ(tile_of(Pattern::dense(), 64, 64), "128x64");
+}
+
+// The sm90 kernel compares every tile a call may take, the tall one too: 60%
+// of 64 x 64 blocks kept at random make a plan on the tall tile of at most
+// 5% more pairs than the wide tile's (it would run faster than the wide
+// tile) and one on the small tile of at most 65% of them, so at D = 64 the
+// call takes the small tile, and the tall one where the small tile is
+// forced off. Host-only.
+TEST(CudaTilePlan, TallTileComparedWithTheSmallOne) {
+  constexpr int64_t kGrid = 128;
+  std::mt19937_64 rng(7);
+  std::bernoulli_distribution kept(0.6);
+  std::vector<uint8_t> blocks(kGrid * kGrid);
+  for (uint8_t& b : blocks) b = kept(rng);
+  const BlockMask mask =
+      BlockMask::build(Pattern::custom(blocks, 1, kGrid, kGrid, 64, 64), MaskShape{kGrid * 64, kGrid * 64, 64, 64, 1});
+  const auto pairs = [&](TileShape t) {
+    return static_cast<double>(cuda_detail::tile_plan_key_tiles(mask, t)) * static_cast<double>(t.rows * t.cols);
+  };
+  const double wide = pairs(cuda_detail::kSm90WideTile);
+  ASSERT_LE(pairs(cuda_detail::kSm90TallTile), 1.05 * wide);
+  ASSERT_LE(pairs(cuda_detail::kSm90SmallTile), 0.65 * wide);
+  const auto tile_of = [&](int64_t head_dim) {
+    const TileShape t = cuda_detail::call_tile(true, head_dim, mask, true);
+    return std::to_string(t.rows) + "x" + std::to_string(t.cols);
+  };
+  EXPECT_EQ(tile_of(64), "64x64");
+  EXPECT_EQ(tile_of(128), "64x64");
+  const ForcedTile no_small(cuda_detail::force_sm90_small_tile, false);
+  EXPECT_EQ(tile_of(64), "192x128");
+  EXPECT_EQ(tile_of(128), "128x128");
 }
 
 // Blocks of 192 query rows fit only the sm90 kernel's small tile among the

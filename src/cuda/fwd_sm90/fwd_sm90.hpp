@@ -39,9 +39,9 @@ constexpr bool sm90_narrow_option_head_dim(int64_t head_dim) { return head_dim =
 // products, a second kernel of three consumer warpgroups runs 192 x 128
 // tiles: each group's softmax then runs while the two others' products keep
 // the tensor cores busy (as FlashAttention-3 does there). The call takes it
-// where its plan costs at most 5% more work than the 128-row tile's
-// (sm90_tall_tile in kernel_choice.hpp); it takes every power-of-two mask
-// block but 16 x 16.
+// where its plan costs at most 5% more work than the 128-row tile's and
+// undercuts the other tiles (call_tile in kernel_choice.hpp); it takes every
+// power-of-two mask block but 16 x 16.
 constexpr TileShape kSm90TallTile{192, 128};
 constexpr bool sm90_tall_head_dim(int64_t head_dim) { return head_dim <= 64; }
 

@@ -30,9 +30,8 @@ constexpr TileShape sm90_tile(int64_t head_dim) { return head_dim > 128 ? kSm90N
 // whose blocks fill 64-key tiles far better than 128-key ones (64 x 64
 // blocks scattered as BigBird's, blocks of 192 keys that fit no 128-key
 // tile): the call takes it where its plan computes a small enough share of
-// the pairs of the wide tile's plan, or where the narrow tile fits and the
-// wide one does not, unless the small tile (below), which call_tile asks
-// first, is taken (kernel_choice.hpp).
+// the pairs of the other tiles' plans, the wide one's included where the
+// blocks fit it (call_tile in kernel_choice.hpp).
 constexpr bool sm90_narrow_option_head_dim(int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
 
 // At head dims up to 64, where a tile's exponentials take as long as its

@@ -490,12 +490,13 @@ TEST(CudaTilePlan, KvBytesCountEveryRowALaunchReads) {
   EXPECT_EQ(cuda_detail::kv_bytes_read(p, 128, 2), 2 * 4 * 2500 * 128 * 2);
 }
 
-// Every block size on the 128 x 64 tile and on the sm90 kernel's 192 x 128
-// tile, whose rows 128- and 256-row blocks overlap without nesting (64-row
-// sub-blocks); blocks of 16 x 16 would split the latter into 96 pieces.
+// Every block size on each tile the kernels run: 128 x 64, 128 x 128, the
+// sm90 kernel's 64 x 64 and its 192 x 128 tile, whose rows 128- and 256-row
+// blocks overlap without nesting (64-row sub-blocks); blocks of 16 x 16
+// would split the latter into 96 pieces.
 TEST(CudaTilePlan, AgreesWithTheMaskForEveryBlockSize) {
   std::mt19937_64 rng(11);
-  for (const TileShape tile : {TileShape{128, 64}, TileShape{192, 128}})
+  for (const TileShape tile : {TileShape{128, 64}, TileShape{128, 128}, TileShape{64, 64}, TileShape{192, 128}})
     for (int64_t bq : {16, 32, 64, 128, 256})
       for (int64_t bk : {16, 32, 64, 128, 256}) {
         const int64_t lq = draw(rng, 1, 700), lk = draw(rng, 1, 600);

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 
@@ -349,24 +350,22 @@ void cuda_prepare_mask(const BlockMask& mask) {
   // here whatever the kernel choice now, since the choice may change before a
   // capture.
   cuda_detail::scratch_pool();
-  prepare(cuda_detail::kSm80NarrowTile, true);
-  // The sm80 kernel's wide tile where calls at a head dim that has it take
-  // it: varlen calls for a dilated mask too (they make no split), other
-  // calls only where the mask has no split.
-  const auto sm80_wide = [&](bool splits) {
-    return cuda_detail::sm80_wide_tile(32, mask, splits) || cuda_detail::sm80_wide_tile(64, mask, splits);
+  // The tile a call takes at each head dim where the kernel chooses between
+  // tiles, for calls that make dilated splits and for varlen calls (which
+  // make none).
+  const auto prepare_taken = [&](bool sm90, std::initializer_list<int64_t> head_dims) {
+    for (const int64_t head_dim : head_dims)
+      for (const bool splits : {true, false}) {
+        const cuda_detail::TileShape tile = cuda_detail::call_tile(sm90, head_dim, mask, splits);
+        if (cuda_detail::tile_fits(mask, tile)) prepare(tile, splits);
+      }
   };
-  if (sm80_wide(false)) prepare(cuda_detail::kSm80WideTile, sm80_wide(true));
+  prepare(cuda_detail::kSm80NarrowTile, true);
+  prepare_taken(false, {32, 64});
   if (cuda_kernel() != CudaKernel::Sm80 && cuda_detail::fwd_sm90_available()) {
     for (const cuda_detail::TileShape tile : {cuda_detail::kSm90WideTile, cuda_detail::kSm90NarrowTile})
       if (cuda_detail::tile_fits(mask, tile)) prepare(tile, true);
-    // The tall and the small tile's plans where calls at a head dim that has
-    // them take them (varlen calls make no dilated split).
-    for (const int64_t head_dim : {64, 128})
-      for (const bool splits : {true, false}) {
-        const cuda_detail::TileShape tile = cuda_detail::call_tile(true, head_dim, mask, splits);
-        if (tile == cuda_detail::kSm90TallTile || tile == cuda_detail::kSm90SmallTile) prepare(tile, splits);
-      }
+    prepare_taken(true, {64, 128});
   }
 }
 

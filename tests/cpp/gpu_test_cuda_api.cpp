@@ -1104,9 +1104,9 @@ TEST(CudaTilePlan, NarrowTileWhereItSavesWork) {
 
 // The sm90 kernel's small tile (64 x 64, two CTAs per multiprocessor) runs
 // a call at head dims 64 and 128 where its plan's pairs over its speed per
-// pair (small_tile_work_share: 0.65 at D = 64, 0.7 at D = 128) are no more
-// than the wide tile's plan's pairs and the narrow tile's over that tile's
-// share: BigBird on 64 x 64 blocks (its plan computes 39% of the wide plan's
+// pair (small_tile_speed in kernel_choice.cpp: 0.65 at D = 64, 0.7 at
+// D = 128) are no more than the wide tile's plan's pairs and the narrow
+// tile's over that tile's share: BigBird on 64 x 64 blocks (its plan computes 39% of the wide plan's
 // pairs, the narrow plan 62%), not BigBird on 128 x 128 blocks nor causal
 // masks on blocks of 64 (whose small plan computes 99.6% of the wide one's),
 // nor blocks of 128 x 64 (as many pairs as the narrow plan's); never at

@@ -86,6 +86,10 @@ class BlockMask {
   const std::vector<int32_t>& kv_indices() const { return kv_indices_; }
   const std::vector<uint8_t>& kv_full() const { return kv_full_; }
   const Pattern* pattern() const { return pattern_.get(); }
+  // True when the blocks are the pattern's own plan for this shape, as made
+  // by build() or cuda_build_mask; false for masks made from arrays (even
+  // where they hold the same blocks).
+  bool is_pattern_plan() const { return pattern_plan_; }
   // Where a GPU backend keeps its device copy of this mask (created on first
   // use, shared by copies of the mask, released with the last of them).
   std::shared_ptr<void>& device_cache() const { return device_cache_; }
@@ -114,6 +118,7 @@ class BlockMask {
   std::vector<int32_t> kv_indices_;
   std::vector<uint8_t> kv_full_;
   std::shared_ptr<const Pattern> pattern_;
+  bool pattern_plan_ = false;
   mutable std::shared_ptr<void> device_cache_;
 };
 

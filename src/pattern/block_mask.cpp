@@ -15,6 +15,7 @@ BlockMask::BlockMask(int64_t q_len, int64_t k_len, int64_t block_q, int64_t bloc
                      std::shared_ptr<const Pattern> pattern)
     : BlockMask(BuiltPlan{}, q_len, k_len, block_q, block_k, num_heads, std::move(row_offsets),
                 std::move(kv_indices), std::move(kv_full), std::move(pattern)) {
+  pattern_plan_ = false;
   validate();
 }
 
@@ -30,7 +31,8 @@ BlockMask::BlockMask(BuiltPlan, int64_t q_len, int64_t k_len, int64_t block_q, i
       row_offsets_(std::move(row_offsets)),
       kv_indices_(std::move(kv_indices)),
       kv_full_(std::move(kv_full)),
-      pattern_(std::move(pattern)) {}
+      pattern_(std::move(pattern)),
+      pattern_plan_(pattern_ != nullptr) {}
 
 void BlockMask::validate() const {
   const int64_t q_len = q_len_, k_len = k_len_, block_q = block_q_, block_k = block_k_,

@@ -660,6 +660,35 @@ TEST(CudaDilatedSplit, RestSharesOneMaskHeadWhereHeadsAreAlike) {
   expect_split_partitions_the_mask(wide, 2304, 2304, 17, 16, TileShape{128, 64});
 }
 
+// A mask made from arrays gets the split only where its blocks are the
+// pattern's plan (checked against BlockMask::build, which a built mask skips).
+TEST(CudaDilatedSplit, MasksFromArraysOnlyWhereTheyHoldThePatternsPlan) {
+  const auto pattern = std::make_shared<Pattern>(
+      Pattern::unite(Pattern::dilated({256}, {4}, true), Pattern::sliding_window(64)));
+  const BlockMask built = BlockMask::build(*pattern, MaskShape{1024, 1024, 128, 128, 4});
+  const TileShape tile{128, 128};
+  const BlockMask same(1024, 1024, 128, 128, built.num_heads(), built.row_offsets(), built.kv_indices(),
+                       built.kv_full(), pattern);
+  const auto from_built = cuda_detail::make_dilated_split(built, tile);
+  const auto from_arrays = cuda_detail::make_dilated_split(same, tile);
+  ASSERT_NE(from_built, nullptr);
+  ASSERT_NE(from_arrays, nullptr);
+  EXPECT_EQ(from_arrays->rest.kv_indices(), from_built->rest.kv_indices());
+  EXPECT_EQ(from_arrays->full_runs, from_built->full_runs);
+
+  // One block of head 0's first row dropped: no longer the pattern's plan.
+  std::vector<int64_t> offsets = built.row_offsets();
+  std::vector<int32_t> indices = built.kv_indices();
+  std::vector<uint8_t> full = built.kv_full();
+  ASSERT_GT(offsets[1], 0);
+  indices.erase(indices.begin());
+  full.erase(full.begin());
+  for (size_t r = 1; r < offsets.size(); ++r) --offsets[r];
+  const BlockMask fewer(1024, 1024, 128, 128, built.num_heads(), std::move(offsets), std::move(indices),
+                        std::move(full), pattern);
+  EXPECT_EQ(cuda_detail::make_dilated_split(fewer, tile), nullptr);
+}
+
 // Whether the kernel's exclusion (excluded_keys over x) takes key j out of row i.
 bool excludes(const cuda_detail::DilatedExclusion& x, int64_t h, int64_t i, int64_t j, int64_t shift) {
   cuda_detail::KeySpan keys;

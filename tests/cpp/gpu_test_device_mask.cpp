@@ -35,6 +35,7 @@ void expect_same_plan(const Pattern& pattern, const MaskShape& s, const std::str
   ASSERT_EQ(device.row_offsets(), host.row_offsets());
   ASSERT_EQ(device.kv_indices(), host.kv_indices());
   ASSERT_EQ(device.kv_full(), host.kv_full());
+  EXPECT_TRUE(device.is_pattern_plan());
 }
 
 const int64_t kPow2Blocks[] = {16, 32, 64, 128, 256};

@@ -308,8 +308,14 @@ TEST(BlockMaskBsr, RoundTripsTheBuiltPlan) {
     for (int64_t i = 0; i < 70; ++i)
       for (int64_t j = 0; j < 90; ++j)
         ASSERT_EQ(copy.allowed(h, 2, i, j), p.allowed(h, 2, 70, 90, i, j));
+  // Only build() vouches that the blocks are the pattern's plan; copies keep it.
+  EXPECT_TRUE(built.is_pattern_plan());
+  EXPECT_FALSE(copy.is_pattern_plan());
+  const BlockMask copy_of_built = built;
+  EXPECT_TRUE(copy_of_built.is_pattern_plan());
   // All-full blocks need no pattern.
   const BlockMask plain(10, 10, 4, 4, 1, {0, 1, 2, 3}, {0, 1, 2}, {1, 1, 1});
+  EXPECT_FALSE(plain.is_pattern_plan());
   EXPECT_EQ(plain.kept_pairs(1), 16 + 16 + 4);
   EXPECT_TRUE(plain.allowed(0, 1, 9, 9));
   EXPECT_FALSE(plain.allowed(0, 1, 9, 0));

@@ -156,7 +156,7 @@ std::shared_ptr<const DilatedSplit> make_dilated_split(const BlockMask& mask, Ti
     others = others ? Pattern::unite(*others, *p) : *p;
   }
   const MaskShape shape{mask.q_len(), mask.k_len(), mask.block_q(), mask.block_k(), mask.num_heads()};
-  if (!same_blocks(mask, BlockMask::build(*pattern, shape))) return nullptr;
+  if (!mask.is_pattern_plan() && !same_blocks(mask, BlockMask::build(*pattern, shape))) return nullptr;
 
   auto split = std::make_shared<DilatedSplit>();
   split->segment = w;

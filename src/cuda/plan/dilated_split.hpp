@@ -54,7 +54,8 @@ struct DilatedSplit {
 
 // The split of `mask` for a kernel of tile `tile`, or null when its pattern
 // has no such dilated term, is per-head, or the mask is not the pattern's
-// whole plan (BlockMask::build).
+// whole plan (BlockMask::build or cuda_build_mask, is_pattern_plan; a mask
+// made from arrays is compared with BlockMask::build).
 std::shared_ptr<const DilatedSplit> make_dilated_split(const BlockMask& mask, TileShape tile);
 
 // What each pass leaves to the other (FwdParams::exclude): the rest pass's

@@ -3,7 +3,8 @@
 //
 // Cost is proportional to the kept blocks: each kept mask block is expanded
 // into the key tiles it overlaps, per query tile, with a scratch array indexed
-// by key tile that is reset only where it was touched.
+// by key tile that is reset only where it was touched. Query tiles are
+// independent: large masks derive them on all cores (OpenMP).
 #include "cuda/plan/tile_plan.hpp"
 
 #include <algorithm>
@@ -62,12 +63,30 @@ MaskRows mask_rows_of(const BlockMaskView& view, TileShape tile, int64_t t) {
   return {t * tile.rows / view.block_q, std::min((t * tile.rows + tile.rows - 1) / view.block_q, view.num_q_blocks - 1)};
 }
 
-// The key tiles that key block kb (of block_k keys) overlaps.
-struct KeyTiles {
-  int64_t first, last;
+// The key tiles each key block overlaps, without a division per block: a
+// block that fits the tile's columns (fits_side) spans a whole number of
+// tiles, or is a power of two smaller than the tile (a sub-block column).
+struct KeyTileMap {
+  int64_t tiles_per_block;  // key tiles a block spans (1 where blocks are smaller)
+  int32_t block_shift;      // log2 of the blocks per tile where blocks are smaller, else 0
+  int64_t last_tile;
+  KeyTileMap(int64_t block_k, TileShape tile, int64_t num_k_tiles)
+      : tiles_per_block(std::max<int64_t>(1, block_k / tile.cols)),
+        block_shift(block_k < tile.cols ? log2_exact(tile.cols / block_k) : 0),
+        last_tile(num_k_tiles - 1) {}
+  int64_t first(int64_t kb) const { return (kb * tiles_per_block) >> block_shift; }
+  int64_t last(int64_t kb) const { return std::min(first(kb) + tiles_per_block - 1, last_tile); }
+  // Block kb's sub-block column inside its tile (0 where blocks span tiles).
+  int64_t sub_col(int64_t kb) const { return kb & ((int64_t{1} << block_shift) - 1); }
 };
-KeyTiles key_tiles_of(int64_t kb, int64_t block_k, TileShape tile, int64_t num_k_tiles) {
-  return {kb * block_k / tile.cols, std::min(((kb + 1) * block_k - 1) / tile.cols, num_k_tiles - 1)};
+
+// Sub-blocks of a tile (rows sub_rows_in x columns sub_cols_in of a grid
+// `cols` wide) as bits, row-major.
+uint64_t sub_block_bits(int64_t sub_rows_in, int64_t sub_cols_in, int32_t cols) {
+  const uint64_t row = sub_cols_in >= 64 ? ~uint64_t{0} : (uint64_t{1} << sub_cols_in) - 1;
+  uint64_t bits = 0;
+  for (int64_t sr = 0; sr < sub_rows_in; ++sr) bits |= row << (sr * cols);
+  return bits;
 }
 
 // Number of key tiles a (mask head, query tile) row visits.
@@ -89,74 +108,148 @@ std::vector<int64_t> row_work(const BlockMask& mask, TileShape tile, const HostT
   return work;
 }
 
-// The mask at tile granularity (derive_tile_grain_mask) on sub-block grid `sub`.
-TileGrainMask derive(const BlockMask& mask, TileShape tile, const SubBlockGrid& sub) {
-  TileGrainMask grain;
-  const BlockMaskView view = mask.view();
-  const int64_t bq = mask.block_q(), bk = mask.block_k();
-  const int64_t num_q_tiles = ceil_div(mask.q_len(), tile.rows);
-  const int64_t num_k_tiles = ceil_div(mask.k_len(), tile.cols);
-  const int64_t sub_rows = int64_t{1} << sub.row_shift;
-  const int64_t sub_cols = int64_t{1} << sub.col_shift;
-  std::vector<uint64_t> present(static_cast<size_t>(num_k_tiles), 0), full(present.size(), 0);
-  std::vector<int32_t> touched;
-  // Room for the entries up front (a bound: every mask row's key tiles in
-  // each tile row it meets; reserved pages that stay unused are never touched).
-  int64_t bound = 0;
-  const int64_t tiles_per_block = std::max<int64_t>(1, bk / tile.cols);
-  for (int64_t g = 0; g < mask.num_heads(); ++g)
-    for (int64_t t = 0; t < num_q_tiles; ++t) {
-      const MaskRows rows = mask_rows_of(view, tile, t);
-      for (int64_t r = rows.first; r <= rows.last; ++r)
-        bound += (view.row_end(view.row(g, r)) - view.row_begin(view.row(g, r))) * tiles_per_block;
-    }
-  grain.kv_indices.reserve(static_cast<size_t>(bound));
-  grain.kv_full.reserve(static_cast<size_t>(bound));
-  grain.sub_present.reserve(static_cast<size_t>(bound));
-  grain.sub_full.reserve(static_cast<size_t>(bound));
-  grain.row_offsets.reserve(static_cast<size_t>(mask.num_heads() * num_q_tiles + 1));
-  grain.row_offsets.assign(1, 0);
-  for (int64_t g = 0; g < mask.num_heads(); ++g) {
-    for (int64_t t = 0; t < num_q_tiles; ++t) {
-      const int64_t first_row = t * tile.rows;
-      const MaskRows rows = mask_rows_of(view, tile, t);
-      for (int64_t r = rows.first; r <= rows.last; ++r) {
-        // The tile's sub-rows inside mask row r, as bits of sub-block column 0.
-        const int64_t sr0 = (std::max(r * bq, first_row) - first_row) >> sub.row_shift;
-        const int64_t sr1 = (std::min((r + 1) * bq, first_row + tile.rows) - 1 - first_row) >> sub.row_shift;
-        uint64_t rows_bits = 0;
-        for (int64_t sr = sr0; sr <= sr1; ++sr) rows_bits |= uint64_t{1} << (sr * sub.cols);
-        const int64_t row = view.row(g, r);
-        const auto row_first = static_cast<std::ptrdiff_t>(touched.size());
-        for (int64_t at = view.row_begin(row); at < view.row_end(row); ++at) {
-          const int64_t kb = view.kv_indices[at];
-          const KeyTiles span = key_tiles_of(kb, bk, tile, num_k_tiles);
-          for (int64_t u = span.first; u <= span.last; ++u) {
-            const int64_t sc = bk >= tile.cols ? 0 : kb - u * (tile.cols / bk);
-            const uint64_t bit = rows_bits << sc;
-            if (present[u] == 0) touched.push_back(static_cast<int32_t>(u));
-            present[u] |= bit;
-            if (view.kv_full[at]) full[u] |= bit;
+// Masks with fewer kept blocks derive their tile-grain form on one thread.
+constexpr int64_t kMinParallelBlocks = 4096;
+
+// The rows of a mask's tile-grain form (row g * num_q_tiles + t for mask head
+// g and query tile t): the distinct key tiles overlapped by the kept blocks
+// of the mask rows that query tile t meets. Rows are independent, counted
+// and filled one at a time with per-thread scratch arrays indexed by key
+// tile.
+class TileGrainRows {
+ public:
+  TileGrainRows(const BlockMask& mask, TileShape tile, const SubBlockGrid& sub)
+      : view_(mask.view()),
+        tile_(tile),
+        sub_(sub),
+        num_q_tiles_(ceil_div(mask.q_len(), tile.rows)),
+        num_k_tiles_(ceil_div(mask.k_len(), tile.cols)),
+        key_tiles_(mask.block_k(), tile, num_k_tiles_),
+        last_tile_sub_cols_(ceil_div(mask.k_len() - (num_k_tiles_ - 1) * tile.cols, int64_t{1} << sub.col_shift)) {}
+
+  int64_t rows() const { return view_.num_heads * num_q_tiles_; }
+  int64_t num_k_tiles() const { return num_k_tiles_; }
+
+  // Key tiles of row `tile_row`; `seen` (num_k_tiles entries) must hold no
+  // entry equal to tile_row.
+  int64_t count(int64_t tile_row, std::vector<int64_t>& seen) const {
+    const KeyTileMap key_tiles = key_tiles_;
+    const int64_t g = tile_row / num_q_tiles_;
+    const MaskRows mask_rows = mask_rows_of(view_, tile_, tile_row % num_q_tiles_);
+    int64_t count = 0;
+    for (int64_t r = mask_rows.first; r <= mask_rows.last; ++r) {
+      const int64_t row = view_.row(g, r);
+      for (int64_t at = view_.row_begin(row), end = view_.row_end(row); at < end; ++at) {
+        const int64_t kb = view_.kv_indices[at];
+        for (int64_t u = key_tiles.first(kb), last = key_tiles.last(kb); u <= last; ++u)
+          if (seen[u] != tile_row) {
+            seen[u] = tile_row;
+            ++count;
           }
-        }
-        // A row's blocks are sorted, so are the tiles it added: merge them in.
-        std::inplace_merge(touched.begin(), touched.begin() + row_first, touched.end());
       }
-      for (const int32_t u : touched) {
-        // Sub-blocks that hold at least one real (row, key) pair.
-        uint64_t needed = 0;
-        for (int64_t sr = 0; sr * sub_rows < tile.rows && first_row + sr * sub_rows < mask.q_len(); ++sr)
-          for (int64_t sc = 0; sc < sub.cols && u * tile.cols + sc * sub_cols < mask.k_len(); ++sc)
-            needed |= uint64_t{1} << (sr * sub.cols + sc);
-        grain.kv_indices.push_back(u);
-        grain.kv_full.push_back((full[u] & needed) == needed ? 1 : 0);
-        grain.sub_present.push_back(present[u]);
-        grain.sub_full.push_back(full[u]);
-        present[u] = full[u] = 0;
-      }
-      touched.clear();
-      grain.row_offsets.push_back(static_cast<int64_t>(grain.kv_indices.size()));
     }
+    return count;
+  }
+
+  // Per-thread scratch of fill: present and full sub-block bits per key tile
+  // (zero between rows) and the key tiles touched.
+  struct Scratch {
+    std::vector<uint64_t> present, full;
+    std::vector<int32_t> touched;
+  };
+  Scratch scratch() const {
+    return {std::vector<uint64_t>(static_cast<size_t>(num_k_tiles_), 0),
+            std::vector<uint64_t>(static_cast<size_t>(num_k_tiles_), 0), {}};
+  }
+
+  // Writes row `tile_row`'s entries from grain.row_offsets[tile_row] on.
+  void fill(int64_t tile_row, Scratch& s, TileGrainMask& grain) const {
+    const KeyTileMap key_tiles = key_tiles_;
+    const int64_t bq = view_.block_q;
+    const int64_t g = tile_row / num_q_tiles_, t = tile_row % num_q_tiles_;
+    const int64_t first_row = t * tile_.rows;
+    const MaskRows mask_rows = mask_rows_of(view_, tile_, t);
+    // Sub-blocks that hold at least one real (row, key) pair.
+    const int64_t tile_sub_rows =
+        ceil_div(std::min<int64_t>(tile_.rows, view_.q_len - first_row), int64_t{1} << sub_.row_shift);
+    const uint64_t needed = sub_block_bits(tile_sub_rows, sub_.cols, sub_.cols);
+    const uint64_t needed_last = sub_block_bits(tile_sub_rows, last_tile_sub_cols_, sub_.cols);
+    uint64_t* present = s.present.data();
+    uint64_t* full = s.full.data();
+    for (int64_t r = mask_rows.first; r <= mask_rows.last; ++r) {
+      // The tile's sub-rows inside mask row r, as bits of sub-block column 0.
+      const int64_t sr0 = (std::max(r * bq, first_row) - first_row) >> sub_.row_shift;
+      const int64_t sr1 = (std::min((r + 1) * bq, first_row + tile_.rows) - 1 - first_row) >> sub_.row_shift;
+      uint64_t rows_bits = 0;
+      for (int64_t sr = sr0; sr <= sr1; ++sr) rows_bits |= uint64_t{1} << (sr * sub_.cols);
+      const int64_t row = view_.row(g, r);
+      const auto row_first = static_cast<std::ptrdiff_t>(s.touched.size());
+      for (int64_t at = view_.row_begin(row), end = view_.row_end(row); at < end; ++at) {
+        const int64_t kb = view_.kv_indices[at];
+        const uint64_t bit = rows_bits << key_tiles.sub_col(kb);
+        const uint64_t full_bit = view_.kv_full[at] ? bit : 0;
+        for (int64_t u = key_tiles.first(kb), last = key_tiles.last(kb); u <= last; ++u) {
+          if (present[u] == 0) s.touched.push_back(static_cast<int32_t>(u));
+          present[u] |= bit;
+          full[u] |= full_bit;
+        }
+      }
+      // A row's blocks are sorted, so are the tiles it added: merge them in.
+      std::inplace_merge(s.touched.begin(), s.touched.begin() + row_first, s.touched.end());
+    }
+    auto at = static_cast<size_t>(grain.row_offsets[static_cast<size_t>(tile_row)]);
+    for (const int32_t u : s.touched) {
+      const uint64_t real = u == num_k_tiles_ - 1 ? needed_last : needed;
+      grain.kv_indices[at] = u;
+      grain.kv_full[at] = (full[u] & real) == real ? 1 : 0;
+      grain.sub_present[at] = present[u];
+      grain.sub_full[at] = full[u];
+      present[u] = full[u] = 0;
+      ++at;
+    }
+    s.touched.clear();
+  }
+
+ private:
+  BlockMaskView view_;
+  TileShape tile_;
+  SubBlockGrid sub_;
+  int64_t num_q_tiles_, num_k_tiles_;
+  KeyTileMap key_tiles_;
+  int64_t last_tile_sub_cols_;  // sub-block columns holding keys in the last key tile
+};
+
+// Key tiles per row of the mask's tile-grain form.
+std::vector<int64_t> tile_grain_row_counts(const BlockMask& mask, const TileGrainRows& rows) {
+  std::vector<int64_t> counts(static_cast<size_t>(rows.rows()));
+#pragma omp parallel if (mask.num_blocks() >= kMinParallelBlocks)
+  {
+    std::vector<int64_t> seen(static_cast<size_t>(rows.num_k_tiles()), -1);
+#pragma omp for schedule(dynamic, 16)
+    for (int64_t tile_row = 0; tile_row < rows.rows(); ++tile_row)
+      counts[static_cast<size_t>(tile_row)] = rows.count(tile_row, seen);
+  }
+  return counts;
+}
+
+// The mask at tile granularity (derive_tile_grain_mask) on sub-block grid
+// `sub`: rows counted, then each filled in place.
+TileGrainMask derive(const BlockMask& mask, TileShape tile, const SubBlockGrid& sub) {
+  const TileGrainRows rows(mask, tile, sub);
+  const std::vector<int64_t> counts = tile_grain_row_counts(mask, rows);
+  TileGrainMask grain;
+  grain.row_offsets.assign(counts.size() + 1, 0);
+  std::partial_sum(counts.begin(), counts.end(), grain.row_offsets.begin() + 1);
+  const auto entries = static_cast<size_t>(grain.row_offsets.back());
+  grain.kv_indices.resize(entries);
+  grain.kv_full.resize(entries);
+  grain.sub_present.resize(entries);
+  grain.sub_full.resize(entries);
+#pragma omp parallel if (mask.num_blocks() >= kMinParallelBlocks)
+  {
+    TileGrainRows::Scratch scratch = rows.scratch();
+#pragma omp for schedule(dynamic, 16)
+    for (int64_t tile_row = 0; tile_row < rows.rows(); ++tile_row) rows.fill(tile_row, scratch, grain);
   }
   return grain;
 }
@@ -259,31 +352,8 @@ int64_t tile_plan_key_tiles(const BlockMask& mask, TileShape tile) {
     const std::vector<int64_t> work = row_work(mask, tile, HostTilePlan{});
     return std::accumulate(work.begin(), work.end(), int64_t{0});
   }
-  const BlockMaskView view = mask.view();
-  const int64_t bk = mask.block_k();
-  const int64_t num_q_tiles = ceil_div(mask.q_len(), tile.rows);
-  // Key tiles are counted once per tile row: `seen` holds the last tile row that marked each.
-  const int64_t num_k_tiles = ceil_div(mask.k_len(), tile.cols);
-  std::vector<int64_t> seen(static_cast<size_t>(num_k_tiles), -1);
-  int64_t tiles = 0;
-  for (int64_t g = 0; g < mask.num_heads(); ++g)
-    for (int64_t t = 0; t < num_q_tiles; ++t) {
-      const int64_t tile_row = g * num_q_tiles + t;
-      const MaskRows rows = mask_rows_of(view, tile, t);
-      for (int64_t r = rows.first; r <= rows.last; ++r) {
-        const int64_t row = view.row(g, r);
-        for (int64_t at = view.row_begin(row); at < view.row_end(row); ++at) {
-          const int64_t kb = view.kv_indices[at];
-          const KeyTiles span = key_tiles_of(kb, bk, tile, num_k_tiles);
-          for (int64_t u = span.first; u <= span.last; ++u)
-            if (seen[u] != tile_row) {
-              seen[u] = tile_row;
-              ++tiles;
-            }
-        }
-      }
-    }
-  return tiles;
+  const std::vector<int64_t> counts = tile_grain_row_counts(mask, TileGrainRows(mask, tile, sub_grid(mask, tile)));
+  return std::accumulate(counts.begin(), counts.end(), int64_t{0});
 }
 
 std::shared_ptr<const TileGrainMask> derive_tile_grain_mask(const BlockMask& mask, TileShape tile) {

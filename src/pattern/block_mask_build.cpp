@@ -6,7 +6,8 @@
 // and each candidate is classified exactly by counting allowed keys row by row
 // with the closed forms of pattern_terms.hpp: zero everywhere -> dropped, the
 // whole block -> full, otherwise partial (the scan stops as soon as a block is
-// known to be partial). Time and memory follow the kept blocks.
+// known to be partial). Time and memory follow the kept blocks; rows are
+// independent and built on all cores (OpenMP).
 #include <algorithm>
 #include <limits>
 #include <numeric>
@@ -25,6 +26,9 @@ struct Interval {
 };
 
 using pattern_math::ceil_div;
+
+// Plans of fewer rows are built on one thread.
+constexpr int64_t kMinParallelRows = 64;
 
 // Appends intervals covering every key the term may allow for query rows
 // [i0, i1] at positions [p0, p1]. Bounds may fall outside [0, Lk).
@@ -154,10 +158,11 @@ void expr_key_intervals(const PatternExpr& e, int64_t h, int64_t i0, int64_t i1,
 // (or empty) is full (or empty) block by block too, so it is written in one
 // go; otherwise it is halved, down to single blocks classified exactly. Rows
 // cost O(boundaries x log blocks) classifications, not one per block.
-// Where the emitted blocks go: counted only (indices == nullptr), or written.
+// Where the emitted blocks go: counted only (indices == nullptr), or written
+// from the row's first slot on.
 struct PlanOutput {
-  std::vector<int32_t>* indices = nullptr;
-  std::vector<uint8_t>* full = nullptr;
+  int32_t* indices = nullptr;
+  uint8_t* full = nullptr;
   int64_t count = 0;
 };
 
@@ -186,13 +191,11 @@ struct RowEmitter {
 
   void append(int64_t kb_first, int64_t kb_last, bool is_full) {
     const int64_t count = kb_last - kb_first + 1;
+    if (out.indices) {
+      std::iota(out.indices + out.count, out.indices + out.count + count, static_cast<int32_t>(kb_first));
+      std::fill(out.full + out.count, out.full + out.count + count, is_full ? uint8_t{1} : uint8_t{0});
+    }
     out.count += count;
-    if (!out.indices) return;
-    const size_t at = out.indices->size();
-    out.indices->resize(at + static_cast<size_t>(count));
-    std::iota(out.indices->begin() + static_cast<std::ptrdiff_t>(at), out.indices->end(),
-              static_cast<int32_t>(kb_first));
-    out.full->insert(out.full->end(), static_cast<size_t>(count), is_full ? 1 : 0);
   }
 };
 
@@ -230,39 +233,50 @@ BlockMask BlockMask::build(const Pattern& pattern, const MaskShape& s) {
   const int64_t mask_heads = plan_mask_heads(pattern, s);
   const int64_t offset = s.k_len - s.q_len;
 
-  // Walks every (mask head, query block) row over its candidate key blocks.
-  std::vector<Interval> intervals;
-  auto walk_rows = [&](PlanOutput& out, auto&& row_done) {
-    for (int64_t h = 0; h < mask_heads; ++h) {
-      const PatternExpr& e = pattern.expr_for_head(h, s.num_heads);
-      for (int64_t qb = 0; qb < nqb; ++qb) {
-        const int64_t i0 = qb * s.block_q, i1 = std::min(s.q_len, i0 + s.block_q) - 1;
-        expr_key_intervals(e, h, i0, i1, i0 + offset, i1 + offset, s.k_len, intervals);
-        std::sort(intervals.begin(), intervals.end(),
-                  [](const Interval& a, const Interval& b) { return a.lo < b.lo; });
-        RowEmitter row{e, h, i0, i1, offset, s.block_k, s.k_len, out};
-        int64_t next_kb = 0;  // blocks below this one were already visited
-        for (const Interval& iv : intervals) {
-          if (iv.hi < iv.lo || iv.hi / s.block_k < next_kb) continue;
-          const int64_t first = std::max(iv.lo / s.block_k, next_kb), last = iv.hi / s.block_k;
-          row.emit(first, last);
-          next_kb = last + 1;
-        }
-        row_done(out.count);
-      }
+  // Walks row r (mask head r / nqb, query block r % nqb) over its candidate
+  // key blocks; `intervals` is scratch.
+  auto walk_row = [&](int64_t r, std::vector<Interval>& intervals, PlanOutput& out) {
+    const int64_t h = r / nqb, qb = r % nqb;
+    const PatternExpr& e = pattern.expr_for_head(h, s.num_heads);
+    const int64_t i0 = qb * s.block_q, i1 = std::min(s.q_len, i0 + s.block_q) - 1;
+    expr_key_intervals(e, h, i0, i1, i0 + offset, i1 + offset, s.k_len, intervals);
+    std::sort(intervals.begin(), intervals.end(), [](const Interval& a, const Interval& b) { return a.lo < b.lo; });
+    RowEmitter row{e, h, i0, i1, offset, s.block_k, s.k_len, out};
+    int64_t next_kb = 0;  // blocks below this one were already visited
+    for (const Interval& iv : intervals) {
+      if (iv.hi < iv.lo || iv.hi / s.block_k < next_kb) continue;
+      const int64_t first = std::max(iv.lo / s.block_k, next_kb), last = iv.hi / s.block_k;
+      row.emit(first, last);
+      next_kb = last + 1;
     }
   };
-  // Count first, so the arrays are allocated once at their final size.
-  PlanOutput counted;
-  walk_rows(counted, [](int64_t) {});
-  std::vector<int64_t> row_offsets{0};
-  row_offsets.reserve(static_cast<size_t>(mask_heads * nqb + 1));
-  std::vector<int32_t> indices;
-  std::vector<uint8_t> full;
-  indices.reserve(static_cast<size_t>(counted.count));
-  full.reserve(static_cast<size_t>(counted.count));
-  PlanOutput written{&indices, &full, 0};
-  walk_rows(written, [&](int64_t count) { row_offsets.push_back(count); });
+  // Rows are independent: counted first, so the arrays are allocated once at
+  // their final size, then each written from its offset on, on all cores.
+  const int64_t rows = mask_heads * nqb;
+  std::vector<int64_t> row_offsets(static_cast<size_t>(rows + 1), 0);
+#pragma omp parallel if (rows >= kMinParallelRows)
+  {
+    std::vector<Interval> intervals;
+#pragma omp for schedule(dynamic, 8)
+    for (int64_t r = 0; r < rows; ++r) {
+      PlanOutput counted;
+      walk_row(r, intervals, counted);
+      row_offsets[static_cast<size_t>(r + 1)] = counted.count;
+    }
+  }
+  std::partial_sum(row_offsets.begin(), row_offsets.end(), row_offsets.begin());
+  std::vector<int32_t> indices(static_cast<size_t>(row_offsets.back()));
+  std::vector<uint8_t> full(indices.size());
+#pragma omp parallel if (rows >= kMinParallelRows)
+  {
+    std::vector<Interval> intervals;
+#pragma omp for schedule(dynamic, 8)
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto first = static_cast<size_t>(row_offsets[static_cast<size_t>(r)]);
+      PlanOutput written{indices.data() + first, full.data() + first, 0};
+      walk_row(r, intervals, written);
+    }
+  }
   BlockMask mask(BuiltPlan{}, s.q_len, s.k_len, s.block_q, s.block_k, mask_heads,
                  std::move(row_offsets), std::move(indices), std::move(full),
                  std::make_shared<Pattern>(pattern));

@@ -1041,6 +1041,9 @@ TEST(CudaBackend, CaptureWithoutAPreparedMaskIsRefused) {
   cudaStreamDestroy(stream);
 }
 
+// A tile as "rows x cols", as the tile-choice tests expect it.
+std::string tile_name(TileShape t) { return std::to_string(t.rows) + "x" + std::to_string(t.cols); }
+
 // The sm90 kernel's tall tile (192 x 128, three consumer warpgroups) runs a
 // call at head dims up to 64 where its plan computes at most 5% more pairs
 // than the 128-row tile's: dense and long causal masks, not BigBird (whose
@@ -1050,8 +1053,7 @@ TEST(CudaBackend, CaptureWithoutAPreparedMaskIsRefused) {
 TEST(CudaTilePlan, TallTileWhereItCostsNoMoreWork) {
   const auto tile_of = [](const Pattern& pattern, int64_t len, int64_t block, int64_t head_dim, bool splits) {
     const BlockMask mask = BlockMask::build(pattern, MaskShape{len, len, block, block, 1});
-    const TileShape t = cuda_detail::call_tile(true, head_dim, mask, splits);
-    return std::to_string(t.rows) + "x" + std::to_string(t.cols);
+    return tile_name(cuda_detail::call_tile(true, head_dim, mask, splits));
   };
   EXPECT_EQ(tile_of(Pattern::dense(), 4096, 128, 64, true), "192x128");
   EXPECT_EQ(tile_of(Pattern::causal(), 16384, 128, 64, true), "192x128");
@@ -1088,8 +1090,7 @@ TEST(CudaTilePlan, NarrowTileWhereItSavesWork) {
   const auto tile_of = [](const Pattern& pattern, int64_t len, int64_t block_q, int64_t block_k, int64_t head_dim,
                           bool splits) {
     const BlockMask mask = BlockMask::build(pattern, MaskShape{len, len, block_q, block_k, 1});
-    const TileShape t = cuda_detail::call_tile(true, head_dim, mask, splits);
-    return std::to_string(t.rows) + "x" + std::to_string(t.cols);
+    return tile_name(cuda_detail::call_tile(true, head_dim, mask, splits));
   };
   const ForcedTile no_small(cuda_detail::force_sm90_small_tile, false);
   const Pattern bigbird64 = Pattern::bigbird(16384, 64, 3, 1, 3, 0);
@@ -1145,8 +1146,7 @@ TEST(CudaTilePlan, SmallTileWhereItSavesWork) {
   const auto tile_of = [](const Pattern& pattern, int64_t block_q, int64_t block_k, int64_t head_dim,
                           bool packed = false) {
     const BlockMask mask = BlockMask::build(pattern, MaskShape{16384, 16384, block_q, block_k, 1});
-    const TileShape t = cuda_detail::call_tile(true, head_dim, mask, true, packed);
-    return std::to_string(t.rows) + "x" + std::to_string(t.cols);
+    return tile_name(cuda_detail::call_tile(true, head_dim, mask, true, packed));
   };
   const Pattern bigbird64 = Pattern::bigbird(16384, 64, 3, 1, 3, 0);
   for (int64_t head_dim : {64, 128}) {
@@ -1182,8 +1182,7 @@ TEST(CudaTilePlan, SmallTileWhereItSavesWork) {
 TEST(CudaTilePlan, Sm80NarrowTileWhereItSavesWork) {
   const auto tile_of = [](const Pattern& pattern, int64_t block, int64_t head_dim) {
     const BlockMask mask = BlockMask::build(pattern, MaskShape{16384, 16384, block, block, 1});
-    const TileShape t = cuda_detail::call_tile(false, head_dim, mask, true);
-    return std::to_string(t.rows) + "x" + std::to_string(t.cols);
+    return tile_name(cuda_detail::call_tile(false, head_dim, mask, true));
   };
   const Pattern bigbird64 = Pattern::bigbird(16384, 64, 3, 1, 3, 0);
   for (int64_t head_dim : {32, 64}) {
@@ -1224,8 +1223,7 @@ TEST(CudaTilePlan, TallTileComparedWithTheSmallOne) {
   ASSERT_LE(pairs(cuda_detail::kSm90TallTile), 1.05 * wide);
   ASSERT_LE(pairs(cuda_detail::kSm90SmallTile), 0.65 * wide);
   const auto tile_of = [&](int64_t head_dim) {
-    const TileShape t = cuda_detail::call_tile(true, head_dim, mask, true);
-    return std::to_string(t.rows) + "x" + std::to_string(t.cols);
+    return tile_name(cuda_detail::call_tile(true, head_dim, mask, true));
   };
   EXPECT_EQ(tile_of(64), "64x64");
   EXPECT_EQ(tile_of(128), "64x64");

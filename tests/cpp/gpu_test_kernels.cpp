@@ -416,8 +416,8 @@ struct Sm90TileOption {
 
 // Every optional sm90 tile's forcing switch.
 constexpr ForcedTile::Force kSm90TileForces[] = {cuda_detail::force_sm90_tall_tile,
-                                                     cuda_detail::force_sm90_narrow_tile,
-                                                     cuda_detail::force_sm90_small_tile};
+                                                 cuda_detail::force_sm90_narrow_tile,
+                                                 cuda_detail::force_sm90_small_tile};
 
 class GpuSm90TileOption : public ::testing::TestWithParam<Sm90TileOption> {
  protected:

@@ -81,10 +81,10 @@ struct Sm90Work {
   int64_t copy = 0, b = 0, h = 0, kv_head = 0;
   int64_t row0 = 0;  // the tile's first mask row (its first query row: row0 - SequenceSpan::mask_row_offset)
 
-  __device__ __forceinline__ static Sm90Work at(const FwdParams& p, const WorkUnits& units, UnitPlace place,
+  __device__ __forceinline__ static Sm90Work at(const WorkUnits& units, UnitPlace place, const WorkItem& item,
                                                 int64_t block_m) {
     Sm90Work w;
-    w.item = p.plan.items[place.item];
+    w.item = item;
     const uint32_t copy = place.copy, row = static_cast<uint32_t>(w.item.row);
     w.copy = copy;
     w.b = copy / units.heads_per_mask_head;
@@ -121,7 +121,9 @@ struct Sm90Smem {
   __device__ __forceinline__ uint32_t unit_free(int slot) const {
     return base + Tr::kBarrierOffset + 16 + 8 * (4 * Tr::kStages + Tr::kUnitSlots + slot);
   }
-  __device__ __forceinline__ uint32_t unit(int slot) const { return base + Tr::kUnitOffset + 8 * slot; }
+  __device__ __forceinline__ uint32_t unit(int slot) const {
+    return base + Tr::kUnitOffset + Tr::kUnitSlotBytes * slot;
+  }
 };
 
 // A ring position: the stage and the parity of its current use.
@@ -139,34 +141,80 @@ struct RingSlot {
 
 // The work units of a CTA, located (plan item, copy) by the producer thread
 // and handed to the consumers through kUnitSlots shared-memory slots (each
-// with a full and a free mbarrier). The producer draws them: first
-// blockIdx.x, then gridDim.x plus the next value of a global counter zeroed
-// before the launch, so a CTA that finishes early takes more work (a static
-// stride over the units left up to 4% of the time idle at the end of causal
-// grids). Where every unit is as long as the others (the pieces of a plan
-// that splits rows to fill the device, a dense mask's rows; see
-// items_of_equal_length in work_units.hpp) the launch passes no counter and the
-// units go in a static stride, blockIdx.x + n gridDim.x, which needs no
-// zeroed counter before the launch. kNoItem ends both roles' loops.
+// with a full and a free mbarrier; layout in slot_word). The producer draws
+// them: first blockIdx.x, then gridDim.x plus the next value of a global
+// counter zeroed before the launch, so a CTA that finishes early takes more
+// work (a static stride over the units left up to 4% of the time idle at the
+// end of causal grids). Where every unit is as long as the others (the
+// pieces of a plan that splits rows to fill the device, a dense mask's rows;
+// see items_of_equal_length in work_units.hpp) the launch passes no counter
+// and the units go in a static stride, blockIdx.x + n gridDim.x, which needs
+// no zeroed counter before the launch. Where Tr::kUnitItemsInSlots a slot
+// also carries the unit's plan item, which the consumers then read from
+// shared memory and the producer reads back when it loads the unit
+// (produce). kNoItem ends both roles' loops.
 template <typename Tr>
 struct UnitRing {
   // One counter rather than a RingSlot's stage and parity: a register less
   // for the producer thread (at 40 it already keeps the grid size in local
   // memory; with a RingSlot it spilled a second word).
   static_assert((Tr::kUnitSlots & (Tr::kUnitSlots - 1)) == 0, "slot and parity come from one counter");
+  static constexpr int kWords = Tr::kUnitItemsInSlots ? 9 : 2;
+  static_assert(4 * kWords <= Tr::kUnitSlotBytes, "a slot holds its words");
   uint32_t uses = 0;  // slots used so far: slot uses % kUnitSlots, parity (uses / kUnitSlots) % 2
   __device__ __forceinline__ int slot() const { return static_cast<int>(uses % Tr::kUnitSlots); }
   __device__ __forceinline__ uint32_t parity() const { return (uses / Tr::kUnitSlots) & 1u; }
-  __device__ __forceinline__ void post(const Sm90Smem<Tr>& sm, UnitPlace place) {  // producer
+  // Word n of a slot: 0 plan item, 1 copy; with the item, 2-3 begin, 4-5
+  // end, 6 row, 7 slot, 8 all_full.
+  __device__ __forceinline__ static uint32_t slot_word(const Sm90Smem<Tr>& sm, int slot, int n) {
+    return sm.unit(slot) + 4 * n;
+  }
+  __device__ __forceinline__ static void read(const Sm90Smem<Tr>& sm, int slot, UnitPlace& place, WorkItem& item) {
+    place.item = ld_shared_u32(slot_word(sm, slot, 0));
+    place.copy = ld_shared_u32(slot_word(sm, slot, 1));
+    if constexpr (Tr::kUnitItemsInSlots) {
+      item.begin = static_cast<int64_t>(ld_shared_u32(slot_word(sm, slot, 2))) |
+                   static_cast<int64_t>(ld_shared_u32(slot_word(sm, slot, 3))) << 32;
+      item.end = static_cast<int64_t>(ld_shared_u32(slot_word(sm, slot, 4))) |
+                 static_cast<int64_t>(ld_shared_u32(slot_word(sm, slot, 5))) << 32;
+      item.row = static_cast<int32_t>(ld_shared_u32(slot_word(sm, slot, 6)));
+      item.slot = static_cast<int32_t>(ld_shared_u32(slot_word(sm, slot, 7)));
+      item.all_full = static_cast<int32_t>(ld_shared_u32(slot_word(sm, slot, 8)));
+    }
+  }
+  // Producer: the unit at `place` (and, where the slots carry it, its plan
+  // item) into the next slot.
+  __device__ __forceinline__ void post(const Sm90Smem<Tr>& sm, const DeviceTilePlanView& plan, UnitPlace place) {
+    WorkItem item;
+    if constexpr (Tr::kUnitItemsInSlots) {
+      if (place.item != kNoItem) item = plan.items[place.item];
+    }
     mbarrier_wait(sm.unit_free(slot()), parity() ^ 1u);
-    st_shared_u32(sm.unit(slot()), place.item);
-    st_shared_u32(sm.unit(slot()) + 4, place.copy);
+    const uint32_t words[9] = {place.item,
+                               place.copy,
+                               static_cast<uint32_t>(item.begin),
+                               static_cast<uint32_t>(static_cast<uint64_t>(item.begin) >> 32),
+                               static_cast<uint32_t>(item.end),
+                               static_cast<uint32_t>(static_cast<uint64_t>(item.end) >> 32),
+                               static_cast<uint32_t>(item.row),
+                               static_cast<uint32_t>(item.slot),
+                               static_cast<uint32_t>(item.all_full)};
+#pragma unroll
+    for (int n = 0; n < kWords; ++n) st_shared_u32(slot_word(sm, slot(), n), words[n]);
     mbarrier_arrive(sm.unit_full(slot()));
     ++uses;
   }
-  __device__ __forceinline__ UnitPlace take(const Sm90Smem<Tr>& sm) {  // every consumer thread
+  // Producer, where the slots carry the items: the unit it posted last, read
+  // back from its slot (which the next kUnitSlots - 1 posts leave alone).
+  __device__ __forceinline__ void last_posted(const Sm90Smem<Tr>& sm, UnitPlace& place, WorkItem& item) const {
+    read(sm, static_cast<int>((uses - 1) % Tr::kUnitSlots), place, item);
+  }
+  // Every consumer thread: the next unit, once posted (its plan item into
+  // `item` where the slots carry it).
+  __device__ __forceinline__ UnitPlace take(const Sm90Smem<Tr>& sm, WorkItem& item) {
     mbarrier_wait(sm.unit_full(slot()), parity());
-    const UnitPlace place{ld_shared_u32(sm.unit(slot())), ld_shared_u32(sm.unit(slot()) + 4)};
+    UnitPlace place;
+    read(sm, slot(), place, item);
     mbarrier_arrive(sm.unit_free(slot()));
     ++uses;
     return place;
@@ -185,6 +233,51 @@ __device__ __forceinline__ void tma_load_tile(uint32_t dst, uint32_t panel_bytes
                 static_cast<int32_t>(h), static_cast<int32_t>(b));
 }
 
+// The loads of one work unit: K(n) on "K full" and V(n) on "V full" of the
+// next free stage of the ring for each kept tile, and Q once, after the
+// first K and V; nothing for a unit the consumers skip (consume_unit).
+template <typename Tr>
+__device__ __forceinline__ void load_unit(const FwdParams& p, const Sm90TensorMaps& maps, const Sm90Smem<Tr>& sm,
+                                          int64_t tiles_per_block, const Sm90Work& w, RingSlot<Tr::kStages>& slot,
+                                          uint32_t& q_loads) {
+  const DeviceTilePlanView& plan = p.plan;
+  const SequenceSpan seq = sequence_span(p, w.b);
+  const int64_t q0 = w.row0 - seq.mask_row_offset;
+  TileWalk walk = TileWalk::entries(w.item.begin, w.item.end);
+  if (!seq.tile_has_rows(q0, Tr::kBlockM) || !walk.valid(plan, tiles_per_block, Tr::kBlockN, seq.k_len)) return;
+  const int32_t residue = p.head_residue(w.h);  // of the query head, for Q, K and V
+  bool q_loaded = false;
+  do {
+    const int64_t k_row = seq.k_first + walk.key_tile(plan, tiles_per_block) * Tr::kBlockN;
+    mbarrier_wait(sm.k_free(slot.stage), slot.parity ^ 1u);
+    mbarrier_arrive_expect_tx(sm.k_full(slot.stage), Tr::kKVBytes);
+    tma_load_tile<Tr>(sm.k(slot.stage), Tr::kKVPanelBytes, maps.k, sm.k_full(slot.stage), residue, k_row, w.kv_head,
+                      seq.batch);
+    mbarrier_wait(sm.v_free(slot.stage), slot.parity ^ 1u);
+    mbarrier_arrive_expect_tx(sm.v_full(slot.stage), Tr::kKVBytes);
+    tma_load_tile<Tr>(sm.v(slot.stage), Tr::kKVPanelBytes, maps.v, sm.v_full(slot.stage), residue, k_row, w.kv_head,
+                      seq.batch);
+    // Q after the unit's first K and V: their stage is usually free already,
+    // while Q's buffer frees only once the last unit's S products are done,
+    // so the first tile's loads overlap the end of the last unit.
+    if (!q_loaded) {
+      if (q_loads > 0) mbarrier_wait(sm.q_free(), (q_loads - 1) & 1u);
+      ++q_loads;
+      q_loaded = true;
+      mbarrier_arrive_expect_tx(sm.q_full(), Tr::kQBytes);
+      tma_load_tile<Tr>(sm.q(), Tr::kQPanelBytes, maps.q, sm.q_full(), residue, seq.q_first + q0, w.h, seq.batch);
+    }
+    slot.advance();
+    walk.advance(tiles_per_block);
+  } while (walk.valid(plan, tiles_per_block, Tr::kBlockN, seq.k_len));
+}
+
+// The producer thread: draws and locates each work unit, posts it to the
+// consumers, and loads it. Where the slots carry the plan items
+// (Tr::kUnitItemsInSlots) each unit is posted once the loads of the one
+// before it are out and read back from its slot, so no unit state stays in
+// the producer's few registers across the loads, and the next unit is drawn
+// from the counter when a unit starts, its latency passing during the loads.
 template <typename Tr>
 __device__ __forceinline__ void produce(const FwdParams& p, const Sm90TensorMaps& maps, const Sm90Smem<Tr>& sm,
                                         const WorkUnits& units, uint32_t* unit_counter) {
@@ -193,42 +286,27 @@ __device__ __forceinline__ void produce(const FwdParams& p, const Sm90TensorMaps
   RingSlot<Tr::kStages> slot;
   UnitRing<Tr> ring;
   uint32_t q_loads = 0;
-  for (uint32_t unit = blockIdx.x;; unit = unit_counter ? gridDim.x + atomicAdd(unit_counter, 1u) : unit + gridDim.x) {
-    const UnitPlace place = locate_unit(plan, units, unit);
-    ring.post(sm, place);
-    if (place.item == kNoItem) break;
-    const Sm90Work w = Sm90Work::at(p, units, place, Tr::kBlockM);
-    const SequenceSpan seq = sequence_span(p, w.b);
-    const int64_t q0 = w.row0 - seq.mask_row_offset;
-    TileWalk walk = TileWalk::entries(w.item.begin, w.item.end);
-    // The consumers skip the same units (consume_unit): nothing is loaded for them.
-    if (!seq.tile_has_rows(q0, Tr::kBlockM) || !walk.valid(plan, tiles_per_block, Tr::kBlockN, seq.k_len)) continue;
-    const int32_t residue = p.head_residue(w.h);  // of the query head, for Q, K and V
-    bool q_loaded = false;
-    do {
-      const int64_t k_row = seq.k_first + walk.key_tile(plan, tiles_per_block) * Tr::kBlockN;
-      mbarrier_wait(sm.k_free(slot.stage), slot.parity ^ 1u);
-      mbarrier_arrive_expect_tx(sm.k_full(slot.stage), Tr::kKVBytes);
-      tma_load_tile<Tr>(sm.k(slot.stage), Tr::kKVPanelBytes, maps.k, sm.k_full(slot.stage), residue, k_row,
-                        w.kv_head, seq.batch);
-      mbarrier_wait(sm.v_free(slot.stage), slot.parity ^ 1u);
-      mbarrier_arrive_expect_tx(sm.v_full(slot.stage), Tr::kKVBytes);
-      tma_load_tile<Tr>(sm.v(slot.stage), Tr::kKVPanelBytes, maps.v, sm.v_full(slot.stage), residue, k_row,
-                        w.kv_head, seq.batch);
-      // Q after the unit's first K and V: their stage is usually free already,
-      // while Q's buffer frees only once the last unit's S products are done,
-      // so the first tile's loads overlap the end of the last unit.
-      if (!q_loaded) {
-        if (q_loads > 0) mbarrier_wait(sm.q_free(), (q_loads - 1) & 1u);
-        ++q_loads;
-        q_loaded = true;
-        mbarrier_arrive_expect_tx(sm.q_full(), Tr::kQBytes);
-        tma_load_tile<Tr>(sm.q(), Tr::kQPanelBytes, maps.q, sm.q_full(), residue, seq.q_first + q0, w.h,
-                          seq.batch);
-      }
-      slot.advance();
-      walk.advance(tiles_per_block);
-    } while (walk.valid(plan, tiles_per_block, Tr::kBlockN, seq.k_len));
+  if constexpr (Tr::kUnitItemsInSlots) {
+    uint32_t unit = blockIdx.x;
+    ring.post(sm, plan, locate_unit(plan, units, unit));
+    for (;;) {
+      UnitPlace place;
+      WorkItem item;
+      ring.last_posted(sm, place, item);
+      if (place.item == kNoItem) break;
+      unit = unit_counter ? gridDim.x + atomicAdd(unit_counter, 1u) : unit + gridDim.x;
+      load_unit<Tr>(p, maps, sm, tiles_per_block, Sm90Work::at(units, place, item, Tr::kBlockM), slot, q_loads);
+      ring.post(sm, plan, locate_unit(plan, units, unit));
+    }
+  } else {
+    for (uint32_t unit = blockIdx.x;;
+         unit = unit_counter ? gridDim.x + atomicAdd(unit_counter, 1u) : unit + gridDim.x) {
+      const UnitPlace place = locate_unit(plan, units, unit);
+      ring.post(sm, plan, place);
+      if (place.item == kNoItem) break;
+      load_unit<Tr>(p, maps, sm, tiles_per_block, Sm90Work::at(units, place, plan.items[place.item], Tr::kBlockM),
+                    slot, q_loads);
+    }
   }
 }
 
@@ -689,8 +767,10 @@ __device__ __forceinline__ void consume(const FwdParams& p, const Sm90Smem<Tr>& 
   const IssueOrder<Tr::kConsumerGroups> schedule{group};
   schedule.start();
   UnitRing<Tr> ring;
-  for (UnitPlace place = ring.take(sm); place.item != kNoItem; place = ring.take(sm)) {
-    const Sm90Work w = Sm90Work::at(p, units, place, Tr::kBlockM);
+  WorkItem slot_item;  // the unit's plan item, where the slots carry it
+  for (UnitPlace place = ring.take(sm, slot_item); place.item != kNoItem; place = ring.take(sm, slot_item)) {
+    const Sm90Work w =
+        Sm90Work::at(units, place, Tr::kUnitItemsInSlots ? slot_item : p.plan.items[place.item], Tr::kBlockM);
     if constexpr (Tr::kTwoScoreTiles) {
       if (runs_two_scores(p, w)) {
         consume_unit_two_scores<Tr>(p, sm, desc, w, units.copies, slot, q_parity, schedule, warp, lane);

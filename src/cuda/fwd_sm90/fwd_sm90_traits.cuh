@@ -19,7 +19,8 @@
 //   K, V stage s kPanels x (kBlockN keys x 128 B) each, kStages stages
 //   mbarriers    Q full / Q free, per stage K full, V full, K free, V free,
 //                per unit slot unit full, unit free
-//   unit slots   kUnitSlots located work units (plan item, copy: 2 x uint32)
+//   unit slots   kUnitSlots located work units (plan item, copy: 2 x uint32;
+//                with kUnitItemsInSlots the item's fields too, 9 x uint32)
 #pragma once
 
 #include <cstdint>
@@ -109,12 +110,21 @@ struct Sm90Traits {
   static constexpr uint32_t kVOffset = kKOffset + kStages * kKVBytes;
   static constexpr uint32_t kBarrierOffset = kVOffset + kStages * kKVBytes;
   // Work units handed from the producer to the consumers: a ring of located
-  // units (plan item, copy), each slot with a full and a free mbarrier.
+  // units (plan item, copy), each slot with a full and a free mbarrier. At
+  // head dims up to 64 a slot also carries the unit's plan item, and the
+  // producer keeps no unit state across its loads (UnitRing, produce): its
+  // 32 registers on the tall tile and 40 on the two-group kernel spilled
+  // (98 and 4 bytes) otherwise, and dense and causal ran 3-4% faster
+  // without the spills (same-run A/B on an H200, note 27). At D = 128 the
+  // same change lost 2-5% (its cause not found), so there a slot holds the
+  // place alone.
   static constexpr int kUnitSlots = 4;
+  static constexpr bool kUnitItemsInSlots = kHeadDim <= 64;
+  static constexpr uint32_t kUnitSlotBytes = kUnitItemsInSlots ? 48 : 8;
   static constexpr int kBarriers = 2 + 4 * kStages + 2 * kUnitSlots;
   static constexpr uint32_t kUnitOffset = kBarrierOffset + kBarriers * 8;
   // 1024 bytes of slack: the dynamic shared memory is aligned to 1024 by hand.
-  static constexpr int kSmemBytes = static_cast<int>(kUnitOffset) + kUnitSlots * 8 + 1024;
+  static constexpr int kSmemBytes = static_cast<int>(kUnitOffset + kUnitSlots * kUnitSlotBytes) + 1024;
 
   static_assert(kHeadDim % kPanelCols == 0, "head dim is a whole number of 128-byte panels");
   static_assert(kMAtoms * kNAtoms * 4 <= 64, "the partial-tile mask is one 64-bit word per thread");

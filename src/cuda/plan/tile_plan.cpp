@@ -180,8 +180,7 @@ class TileGrainRows {
       // The tile's sub-rows inside mask row r, as bits of sub-block column 0.
       const int64_t sr0 = (std::max(r * bq, first_row) - first_row) >> sub_.row_shift;
       const int64_t sr1 = (std::min((r + 1) * bq, first_row + tile_.rows) - 1 - first_row) >> sub_.row_shift;
-      uint64_t rows_bits = 0;
-      for (int64_t sr = sr0; sr <= sr1; ++sr) rows_bits |= uint64_t{1} << (sr * sub_.cols);
+      const uint64_t rows_bits = sub_block_bits(sr1 - sr0 + 1, 1, sub_.cols) << (sr0 * sub_.cols);
       const int64_t row = view_.row(g, r);
       const auto row_first = static_cast<std::ptrdiff_t>(s.touched.size());
       for (int64_t at = view_.row_begin(row), end = view_.row_end(row); at < end; ++at) {

@@ -247,6 +247,7 @@ void run_dilated_split(const cuda_detail::DilatedSplit& split, const cuda_detail
   perm.lse_stride_h = rest.lse_stride_h;
   perm.lse_stride_l = rest.lse_stride_l;
   perm.merge_into_out = true;
+  perm.rest_keeps_blocks = split.rest.num_blocks() > 0;
   run_fused(perm, dtype, sm90, tile, s);
 }
 

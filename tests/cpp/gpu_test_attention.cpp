@@ -194,6 +194,11 @@ TEST(GpuSanitizerSmall, EachKernelPath) {
   pr.q_len = 500;
   pr.k_len = 600;
   expect_matches_reference(pr, 6);
+  // One whose rest keeps no block: the permuted pass writes without reading
+  // the rest's rows (zeros and -inf LSEs).
+  pr.pattern = Pattern::dilated({256}, {4}, true);
+  pr.q_len = pr.k_len = 1024;
+  expect_matches_reference(pr, 61);
   // A decoding step: four query heads packed into each kv head's tile rows,
   // its row split into pieces to fill the device.
   pr = GpuProblem{};

@@ -638,6 +638,21 @@ TEST(CudaDilatedSplit, PermutedPlansSplitNoRow) {
   }
 }
 
+// A one-branch dilated pattern on whole segments leaves the rest no block
+// (its permuted pass then writes without reading the rest's rows,
+// FwdParams::rest_keeps_blocks); a ragged last segment gives it some.
+TEST(CudaDilatedSplit, OneBranchOnWholeSegmentsLeavesTheRestEmpty) {
+  const TileShape tile{128, 128};
+  const auto whole = cuda_detail::make_dilated_split(
+      BlockMask::build(Pattern::dilated({256}, {4}, true), MaskShape{1024, 1024, 128, 128, 4}), tile);
+  ASSERT_NE(whole, nullptr);
+  EXPECT_EQ(whole->rest.num_blocks(), 0);
+  const auto ragged = cuda_detail::make_dilated_split(
+      BlockMask::build(Pattern::dilated({256}, {4}, true), MaskShape{1100, 1100, 128, 128, 4}), tile);
+  ASSERT_NE(ragged, nullptr);
+  EXPECT_GT(ragged->rest.num_blocks(), 0);
+}
+
 // The rest keeps one mask head where its heads are alike (blocks larger than
 // the rate), and one per head where they differ (a ragged last segment whose
 // 16-key blocks hold 16 of the 32 residues: heads 0 and 16 keep other blocks).

@@ -108,6 +108,10 @@ struct FwdParams {
   // merged with the rest pass's result they hold (write_output). False
   // everywhere else.
   bool merge_into_out = false;
+  // In that pass, whether the rest pass's mask keeps any block: where it
+  // keeps none, its rows hold O = 0 and LSE = -inf, and the merge writes
+  // them without reading them first.
+  bool rest_keeps_blocks = true;
   // The query heads packed into each kv head's rows (PackedHeads).
   PackedHeads packed;
   VarlenArg varlen;          // fused kernel only; q_len, k_len are then the mask's

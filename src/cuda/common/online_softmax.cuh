@@ -119,25 +119,19 @@ __device__ __forceinline__ void softmax_update(float (&s)[Tr::kMAtoms][Tr::kNAto
   if (softmax_scores<Tr>(s, m, l, scale_log2, correction)) rescale_output<Tr>(o, correction);
 }
 
-// The end of the rows of this thread: for each (a, half), the row sum over the
-// four threads of its quad, the factor 1 / sum that normalises O (0 for a row
-// with no allowed key) and the natural-log LSE (-inf for such a row), handed
-// to store(a, half, inv, lse).
-template <typename Tr, typename Store>
-__device__ __forceinline__ void finish_rows(const float (&m)[Tr::kMAtoms][2], const float (&l)[Tr::kMAtoms][2],
-                                            Store&& store) {
-#pragma unroll
-  for (int a = 0; a < Tr::kMAtoms; ++a) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      float sum = l[a][half];
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-      const float lse = sum > 0.0f ? (m[a][half] + __log2f(sum)) * kLn2 : kNegInf;
-      store(a, half, inv, lse);
-    }
-  }
+// The end of one row of this thread (atom a, half): the row sum over the four
+// threads of its quad, the factor 1 / sum that normalises O (0 for a row with
+// no allowed key) and the natural-log LSE (-inf for such a row).
+struct RowEnd {
+  float inv, lse;
+};
+template <typename Tr>
+__device__ __forceinline__ RowEnd finish_row(const float (&m)[Tr::kMAtoms][2], const float (&l)[Tr::kMAtoms][2], int a,
+                                             int half) {
+  float sum = l[a][half];
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+  return {sum > 0.0f ? 1.0f / sum : 0.0f, sum > 0.0f ? (m[a][half] + __log2f(sum)) * kLn2 : kNegInf};
 }
 
 // One butterfly step of quad_transpose with lane ^ `partner`: the thread
@@ -169,6 +163,47 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&x)[4], int lane) {
   quad_exchange(x[0], x[2], x[1], x[3], lane, 1);
 }
 
+// What the permuted pass of a dilated split reads of a row of the rest's
+// output before merging into it: kRestAtoms 8-column atoms at a time (the
+// whole row up to head dim 128; at D = 256, where a consumer's O takes 128
+// registers, a group of four: a row there made ptxas spill 700 bytes), as the
+// 32-bit words this thread overwrites: in the input type 4 words per group of
+// four atoms (atom 4 g + lane % 4 whole, as quad_transpose leaves it), in
+// fp32 a float2 per atom (its columns 2 (lane % 4), + 1).
+template <typename Tr>
+struct RestWords {
+  static constexpr int kRestAtoms = Tr::kHeadDim <= 128 ? Tr::kDAtoms : 4;
+  uint32_t word[2 * kRestAtoms];  // the input type uses the first kRestAtoms
+
+  // Reads atoms [first, first + kRestAtoms) of the row at `row_offset`.
+  __device__ __forceinline__ void load(const FwdParams& p, int64_t row_offset, int first, int lane) {
+    using T = typename Tr::T;
+    if (p.out_f32) {
+      const float* out = static_cast<const float*>(p.out.data) + row_offset + (lane & 3) * 2;
+#pragma unroll
+      for (int d = 0; d < kRestAtoms; ++d) {
+        const float2 x = *reinterpret_cast<const float2*>(out + (first + d) * 8);
+        word[2 * d] = __float_as_uint(x.x);
+        word[2 * d + 1] = __float_as_uint(x.y);
+      }
+      return;
+    }
+    const T* out = static_cast<const T*>(p.out.data) + row_offset;
+    const bool aligned = (reinterpret_cast<uintptr_t>(out) & 15u) == 0;
+#pragma unroll
+    for (int g = 0; g < kRestAtoms / 4; ++g) {
+      const T* atom = out + (first + 4 * g + (lane & 3)) * 8;
+      if (aligned) {
+        const uint4 v = *reinterpret_cast<const uint4*>(atom);
+        word[4 * g] = v.x, word[4 * g + 1] = v.y, word[4 * g + 2] = v.z, word[4 * g + 3] = v.w;
+      } else {
+#pragma unroll
+        for (int u = 0; u < 4; ++u) word[4 * g + u] = *reinterpret_cast<const uint32_t*>(atom + 2 * u);
+      }
+    }
+  }
+};
+
 // O / l to `out` (input type or fp32) and the LSE, rows of the sequence only.
 // In the input type, the four threads of a row's quad first transpose their
 // values, four 8-column atoms at a time, so that each thread holds one atom's
@@ -182,80 +217,94 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&x)[4], int lane) {
 // row i of query head h is row h % residue_rate + i * residue_rate of out
 // and the LSE, which hold the rest pass's result; a row with a key merges
 // into them (RowMerge; its O rounded to the output type first), one without
-// leaves them as they are.
+// leaves them as they are. A row's LSE and words in the rest are read
+// together (RestWords: the whole row up to head dim 128), before any of them
+// is used or written, so the epilogue waits for memory once per row: read
+// one after another, after the writes before them, they cost a unit of the
+// permuted pass several memory latencies.
 template <typename Tr, bool kMerge = false>
 __device__ __forceinline__ void write_output(const FwdParams& p, const float (&o)[Tr::kMAtoms][Tr::kDAtoms][4],
                                              const float (&m)[Tr::kMAtoms][2], const float (&l)[Tr::kMAtoms][2],
                                              const SequenceSpan& seq, int64_t h, int64_t q0, int warp, int lane) {
   using T = typename Tr::T;
   static_assert(Tr::kDAtoms % 4 == 0, "the head dim is a multiple of 32");
-  finish_rows<Tr>(m, l, [&](int a, int half, float inv, float lse) {
-    const int64_t row = q0 + warp * Tr::kWarpRows + a * 16 + (lane >> 2) + half * 8;
-    bool in_sequence = seq.has_row(row);
-    const int64_t out_row = kMerge ? p.head_residue(h) + (seq.q_first + row) * p.residue_rate : seq.q_first + row;
-    const int64_t row_offset = p.out.row_offset(seq.batch, h, out_row);
-    RowMerge merge;
-    if constexpr (kMerge) {
-      in_sequence = in_sequence && lse != kNegInf;  // no key here: the rest's result stands
-      // The rest's LSE, read by the lane that writes the merged one and
-      // handed to its quad (no lane reads what another writes).
-      float lse_a = kNegInf;
-      if (in_sequence && (lane & 3) == 0) lse_a = *p.lse_at(seq.batch, h, out_row);
-      lse_a = __shfl_sync(0xffffffffu, lse_a, lane & ~3);
-      if (in_sequence) merge = RowMerge::of(lse_a, lse);
-      inv *= merge.w_b;
-      lse = merge.lse;
-    }
-    if (p.out_f32) {  // the same in every lane: no lane leaves a shuffle
-      if (!in_sequence) return;
-      float* out = static_cast<float*>(p.out.data) + row_offset + (lane & 3) * 2;
 #pragma unroll
-      for (int d = 0; d < Tr::kDAtoms; ++d) {
-        float2 x = make_float2(o[a][d][2 * half] * inv, o[a][d][2 * half + 1] * inv);
-        if (kMerge && merge.w_a != 0.0f) {
-          const float2 was = *reinterpret_cast<const float2*>(out + d * 8);
-          x = make_float2(x.x + merge.w_a * was.x, x.y + merge.w_a * was.y);
+  for (int a = 0; a < Tr::kMAtoms; ++a) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const RowEnd end = finish_row<Tr>(m, l, a, half);
+      const int64_t row = q0 + warp * Tr::kWarpRows + a * 16 + (lane >> 2) + half * 8;
+      const int64_t out_row = kMerge ? p.head_residue(h) + (seq.q_first + row) * p.residue_rate : seq.q_first + row;
+      const int64_t row_offset = p.out.row_offset(seq.batch, h, out_row);
+      bool writes = seq.has_row(row);
+      float inv = end.inv, lse = end.lse, w_rest = 0.0f;
+      constexpr int kRestAtoms = RestWords<Tr>::kRestAtoms;
+      RestWords<Tr> rest;
+      if constexpr (kMerge) {
+        writes = writes && lse != kNegInf;  // no key here: the rest's result stands
+        // The rest's LSE, read by the lane that writes the merged one (no
+        // lane reads what another writes) and handed to its quad, and its
+        // first words, both read before either is used (neither where the
+        // rest keeps no block: its rows are O = 0, LSE = -inf).
+        float rest_lse = kNegInf;
+        if (writes && p.rest_keeps_blocks) {
+          if ((lane & 3) == 0) rest_lse = *p.lse_at(seq.batch, h, out_row);
+          rest.load(p, row_offset, 0, lane);
         }
-        *reinterpret_cast<float2*>(out + d * 8) = x;
+        rest_lse = __shfl_sync(0xffffffffu, rest_lse, lane & ~3);
+        if (writes) {
+          const RowMerge merge = RowMerge::of(rest_lse, lse);
+          inv *= merge.w_b;
+          lse = merge.lse;
+          w_rest = merge.w_a;
+        }
       }
-    } else {
-      T* out = static_cast<T*>(p.out.data) + row_offset;
-      const bool aligned = (reinterpret_cast<uintptr_t>(out) & 15u) == 0;
+      if (p.out_f32) {  // the same in every lane: no lane leaves a shuffle
+        if (!writes) continue;
+        float* out = static_cast<float*>(p.out.data) + row_offset + (lane & 3) * 2;
 #pragma unroll
-      for (int g = 0; g < Tr::kDAtoms / 4; ++g) {
-        uint32_t x[4];
+        for (int d = 0; d < Tr::kDAtoms; ++d) {
+          if (kMerge && w_rest != 0.0f && d > 0 && d % kRestAtoms == 0) rest.load(p, row_offset, d, lane);
+          float2 x = make_float2(o[a][d][2 * half] * inv, o[a][d][2 * half + 1] * inv);
+          const int at = d % kRestAtoms;
+          if (kMerge && w_rest != 0.0f)
+            x = make_float2(x.x + w_rest * __uint_as_float(rest.word[2 * at]),
+                            x.y + w_rest * __uint_as_float(rest.word[2 * at + 1]));
+          *reinterpret_cast<float2*>(out + d * 8) = x;
+        }
+      } else {
+        T* out = static_cast<T*>(p.out.data) + row_offset;
+        const bool aligned = (reinterpret_cast<uintptr_t>(out) & 15u) == 0;
 #pragma unroll
-        for (int u = 0; u < 4; ++u)
-          x[u] = pack2<T>(o[a][4 * g + u][2 * half] * inv, o[a][4 * g + u][2 * half + 1] * inv);
-        quad_transpose(x, lane);
-        if (!in_sequence) continue;
-        T* atom = out + (4 * g + (lane & 3)) * 8;
-        if (kMerge && merge.w_a != 0.0f) {
-          uint32_t was[4];
+        for (int g = 0; g < Tr::kDAtoms / 4; ++g) {
+          if (kMerge && w_rest != 0.0f && g > 0 && (4 * g) % kRestAtoms == 0) rest.load(p, row_offset, 4 * g, lane);
+          uint32_t x[4];
+#pragma unroll
+          for (int u = 0; u < 4; ++u)
+            x[u] = pack2<T>(o[a][4 * g + u][2 * half] * inv, o[a][4 * g + u][2 * half + 1] * inv);
+          quad_transpose(x, lane);
+          if (!writes) continue;
+          T* atom = out + (4 * g + (lane & 3)) * 8;
+          if (kMerge && w_rest != 0.0f) {
+            const int at = (4 * g) % kRestAtoms;
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+              const float2 before = unpack2<T>(rest.word[at + u]), add = unpack2<T>(x[u]);
+              x[u] = pack2<T>(add.x + w_rest * before.x, add.y + w_rest * before.y);
+            }
+          }
           if (aligned) {
-            const uint4 v = *reinterpret_cast<const uint4*>(atom);
-            was[0] = v.x, was[1] = v.y, was[2] = v.z, was[3] = v.w;
+            *reinterpret_cast<uint4*>(atom) = make_uint4(x[0], x[1], x[2], x[3]);
           } else {
 #pragma unroll
-            for (int u = 0; u < 4; ++u) was[u] = *reinterpret_cast<const uint32_t*>(atom + 2 * u);
-          }
-#pragma unroll
-          for (int u = 0; u < 4; ++u) {
-            const float2 before = unpack2<T>(was[u]), add = unpack2<T>(x[u]);
-            x[u] = pack2<T>(add.x + merge.w_a * before.x, add.y + merge.w_a * before.y);
+            for (int u = 0; u < 4; ++u) *reinterpret_cast<uint32_t*>(atom + 2 * u) = x[u];
           }
         }
-        if (aligned) {
-          *reinterpret_cast<uint4*>(atom) = make_uint4(x[0], x[1], x[2], x[3]);
-        } else {
-#pragma unroll
-          for (int u = 0; u < 4; ++u) *reinterpret_cast<uint32_t*>(atom + 2 * u) = x[u];
-        }
+        if (!writes) continue;
       }
-      if (!in_sequence) return;
+      if (p.lse != nullptr && (lane & 3) == 0) *p.lse_at(seq.batch, h, out_row) = lse;
     }
-    if (p.lse != nullptr && (lane & 3) == 0) *p.lse_at(seq.batch, h, out_row) = lse;
-  });
+  }
 }
 
 // One piece of a split row: O / l (fp32) and the natural-log LSE of the tile
@@ -269,16 +318,22 @@ __device__ __forceinline__ void write_partial(const FwdParams& p, const float (&
                                               const float (&m)[Tr::kMAtoms][2], const float (&l)[Tr::kMAtoms][2],
                                               const SequenceSpan& seq, int64_t q0, int64_t first, int warp,
                                               int lane) {
-  finish_rows<Tr>(m, l, [&](int a, int half, float inv, float lse) {
-    const int tile_row = warp * Tr::kWarpRows + a * 16 + (lane >> 2) + half * 8;
-    if (!seq.has_row(q0 + tile_row)) return;
-    const int64_t row = first + tile_row;
-    float* out = p.partial_o + row * Tr::kHeadDim + (lane & 3) * 2;
 #pragma unroll
-    for (int d = 0; d < Tr::kDAtoms; ++d)
-      *reinterpret_cast<float2*>(out + d * 8) = make_float2(o[a][d][2 * half] * inv, o[a][d][2 * half + 1] * inv);
-    if ((lane & 3) == 0) p.partial_lse[row] = lse;
-  });
+  for (int a = 0; a < Tr::kMAtoms; ++a) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const RowEnd end = finish_row<Tr>(m, l, a, half);
+      const int tile_row = warp * Tr::kWarpRows + a * 16 + (lane >> 2) + half * 8;
+      if (!seq.has_row(q0 + tile_row)) continue;
+      const int64_t row = first + tile_row;
+      float* out = p.partial_o + row * Tr::kHeadDim + (lane & 3) * 2;
+#pragma unroll
+      for (int d = 0; d < Tr::kDAtoms; ++d)
+        *reinterpret_cast<float2*>(out + d * 8) =
+            make_float2(o[a][d][2 * half] * end.inv, o[a][d][2 * half + 1] * end.inv);
+      if ((lane & 3) == 0) p.partial_lse[row] = end.lse;
+    }
+  }
 }
 
 }  // namespace spattn::cuda_detail

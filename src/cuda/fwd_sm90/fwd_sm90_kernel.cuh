@@ -29,8 +29,9 @@
 //   tiles, all full (outside varlen batches and dilated splits), also has
 //   S(n+1) running then (consume_unit_two_scores).
 //   then O / l and the LSE (or a split row's partial result) are written;
-//   in the permuted pass of a dilated split (FwdParams::merge_into_out),
-//   merged into the rest pass's rows of out and the LSE.
+//   in the permuted pass of a dilated split (FwdParams::merge_into_out; a
+//   kernel of its own, Sm90Traits::kMergeIntoOut), merged into the rest
+//   pass's rows of out and the LSE.
 // Rows past q_len and keys past k_len arrive as zeros (TMA fills outside the
 // tensor); key bounds are masked in registers, rows past q_len never written.
 // In a packed varlen batch (sequence_span.hpp) the maps cover the packed
@@ -443,7 +444,7 @@ __device__ __forceinline__ void write_unit_result(const FwdParams& p, float (&o)
                                                   float (&m)[1][2], float (&l)[1][2], const SequenceSpan& seq,
                                                   const Sm90Work& w, uint32_t copies, int64_t q0, int warp,
                                                   int lane) {
-  if (w.item.slot < 0 && p.merge_into_out)
+  if constexpr (Tr::kMergeIntoOut)
     write_output<Tr, true>(p, o, m, l, seq, w.h, q0, warp, lane);
   else if (w.item.slot < 0)
     write_output<Tr>(p, o, m, l, seq, w.h, q0, warp, lane);

@@ -4,7 +4,8 @@
 // shared-memory limit, a persistent grid of one CTA per multiprocessor (two
 // for the 64 x 64 tile; fewer when there is less work) with its zeroed work
 // counter (or a static stride over units of equal length), then the merge
-// of split rows.
+// of split rows. A dilated split's permuted pass runs a kernel of its own
+// (Sm90Traits::kMergeIntoOut).
 #pragma once
 
 #include <algorithm>
@@ -21,6 +22,29 @@
 #include "cuda/fwd_sm90/tensor_maps.hpp"
 
 namespace spattn::cuda_detail {
+
+// The persistent grid of kernel Tr over p's work units (tensor maps made).
+template <typename Tr>
+void launch_grid(const FwdParams& p, const Sm90TensorMaps& maps, cudaStream_t stream) {
+  const auto kernel = fwd_sm90_kernel<Tr>;
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Tr::kSmemBytes, "fwd_sm90");
+  const DeviceInfo& device = current_device_info();
+  const int64_t units = p.plan.num_items * launch_copies(p);
+  require(units <= INT32_MAX, "CUDA sm90 kernel: ", units,
+          " work units (plan items x batch x query heads per mask head) exceed 2^31 - 1");
+  const int64_t ctas = std::min<int64_t>(units, device.sms * Tr::kCtasPerSm);
+  if (ctas == 0) return;
+  // The units drawn after each CTA's first, from a zeroed counter; none
+  // where a static stride serves as well (items_of_equal_length).
+  const bool drawn = !items_of_equal_length(p);
+  ScopedScratch unit_counter(drawn ? sizeof(uint32_t) : 0, stream);
+  if (drawn)
+    check_cuda(cudaMemsetAsync(unit_counter.get(), 0, sizeof(uint32_t), stream), "cudaMemsetAsync(unit counter)");
+  const Sm90Schedule schedule{static_cast<uint32_t*>(unit_counter.get()),
+                              launch_unit_order(p, device, ctas, Tr::kHeadDim, sizeof(typename Tr::T))};
+  kernel<<<static_cast<unsigned>(ctas), Tr::kThreads, Tr::kSmemBytes, stream>>>(p, maps, schedule);
+  check_launch("fwd_sm90 kernel launch");
+}
 
 template <typename T, int kHeadDim, int kTileRows, int kTileCols>
 void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
@@ -40,25 +64,19 @@ void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   maps.k = make_tile_tensor_map(p.k, dtype, map_batch, p.kv_heads, k_rows, rate, kHeadDim, Tr::kBlockN);
   maps.v = make_tile_tensor_map(p.v, dtype, map_batch, p.kv_heads, k_rows, rate, kHeadDim, Tr::kBlockN);
 
-  const auto kernel = fwd_sm90_kernel<Tr>;
-  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Tr::kSmemBytes, "fwd_sm90");
-  const DeviceInfo& device = current_device_info();
-  const int64_t units = p.plan.num_items * launch_copies(p);
-  require(units <= INT32_MAX, "CUDA sm90 kernel: ", units,
-          " work units (plan items x batch x query heads per mask head) exceed 2^31 - 1");
-  const int64_t ctas = std::min<int64_t>(units, device.sms * Tr::kCtasPerSm);
-  if (ctas > 0) {
-    // The units drawn after each CTA's first, from a zeroed counter; none
-    // where a static stride serves as well (items_of_equal_length).
-    const bool drawn = !items_of_equal_length(p);
-    ScopedScratch unit_counter(drawn ? sizeof(uint32_t) : 0, stream);
-    if (drawn)
-      check_cuda(cudaMemsetAsync(unit_counter.get(), 0, sizeof(uint32_t), stream), "cudaMemsetAsync(unit counter)");
-    const Sm90Schedule schedule{static_cast<uint32_t*>(unit_counter.get()),
-                                launch_unit_order(p, device, ctas, kHeadDim, sizeof(T))};
-    kernel<<<static_cast<unsigned>(ctas), Tr::kThreads, Tr::kSmemBytes, stream>>>(p, maps, schedule);
-    check_launch("fwd_sm90 kernel launch");
+  if (p.merge_into_out) {
+    // Dilated splits are made for the head dim's own tile (call_tile), so
+    // only that tile has a permuted-pass kernel.
+    constexpr TileShape kOwnTile = sm90_tile(kHeadDim);
+    if constexpr (kTileRows == kOwnTile.rows && kTileCols == kOwnTile.cols) {
+      require(p.plan.num_split_rows == 0, "CUDA sm90 kernel: the permuted pass of a dilated split has split rows");
+      return launch_grid<Sm90Traits<T, kHeadDim, kTileRows / 64, kTileCols, true>>(p, maps, stream);
+    } else {
+      fail("CUDA sm90 kernel: the permuted pass of a dilated split runs on the ", kOwnTile.rows, " x ",
+           kOwnTile.cols, " tile at head dim ", kHeadDim, ", not on ", kTileRows, " x ", kTileCols);
+    }
   }
+  launch_grid<Tr>(p, maps, stream);
   if (p.plan.num_split_rows > 0) launch_split_combine<T>(p, Tr::kBlockM, stream);
 }
 

@@ -29,13 +29,20 @@
 
 namespace spattn::cuda_detail {
 
-template <typename T_, int kHeadDim_, int kConsumerGroups_, int kBlockN_>
+template <typename T_, int kHeadDim_, int kConsumerGroups_, int kBlockN_, bool kMergeIntoOut_ = false>
 struct Sm90Traits {
   using T = T_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kConsumerGroups = kConsumerGroups_;
   static constexpr int kBlockM = 64 * kConsumerGroups;  // query rows per CTA
   static constexpr int kBlockN = kBlockN_;  // keys per tile
+  // The kernel of a dilated split's permuted pass (FwdParams::merge_into_out):
+  // it merges each row into the rest pass's output and LSE, reading them
+  // before it writes (write_output), and has no split rows. A kernel of its
+  // own, so that the other calls' code carries neither the merge nor the
+  // registers its reads take (compiled into every kernel it made ptxas spill
+  // more: 4 -> 116 bytes on the two-group kernel at D = 64, note 27).
+  static constexpr bool kMergeIntoOut = kMergeIntoOut_;
   // CTAs per multiprocessor (as the plans count them): two on the 64 x 64
   // tile, of one consumer warpgroup each, whose products and softmax
   // interleave as two warpgroups of one CTA do; one on the others.
@@ -76,8 +83,9 @@ struct Sm90Traits {
   // (consume_unit_two_scores) where the exponentials of a tile take as long
   // as its products; at D = 128 the second tile does not fit beside O, nor
   // with three consumer groups (which hide one group's exponentials behind
-  // the other two groups' products instead).
-  static constexpr bool kTwoScoreTiles = kHeadDim <= 64 && kConsumerGroups <= 2;
+  // the other two groups' products instead). Not in the permuted pass,
+  // whose rows exclude the rest's pairs (runs_two_scores).
+  static constexpr bool kTwoScoreTiles = kHeadDim <= 64 && kConsumerGroups <= 2 && !kMergeIntoOut;
   // Every eighth 8-key column's exponentials on the FMA pipe
   // (online_softmax.cuh) where one or two consumer groups meet D = 64's
   // exponentials; the three-group kernel, whose groups hide each other's

@@ -3,7 +3,8 @@
 // mbarriers (init, arrive, expect-tx, parity wait), shared-memory words by
 // address, named barriers,
 // tensor-memory-accelerator
-// tile copies (cp.async.bulk.tensor, completing on an mbarrier), warpgroup
+// tile copies (cp.async.bulk.tensor: loads completing on an mbarrier, stores
+// in bulk-async groups), matrix stores (stmatrix), warpgroup
 // matrix products (wgmma.mma_async, sm_90a) with their shared-memory matrix
 // descriptors and fences, and register reallocation (setmaxnreg, sm_90a).
 //
@@ -99,6 +100,45 @@ __device__ __forceinline__ void tma_load_5d(uint32_t dst, const void* tensor_map
       "%5, %6}], [%7];\n" ::"r"(dst),
       "l"(tensor_map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(bar)
       : "memory");
+}
+
+// Copies the box at `src` in shared memory to coordinates (c0, .., c4) of a
+// 5-d tensor map, as one bulk-async group member (bulk_commit_group); the
+// elements of the box outside the tensor are not written. The shared memory
+// must have been written before a fence_async_proxy_shared.
+__device__ __forceinline__ void tma_store_5d(const void* tensor_map, uint32_t src, int32_t c0, int32_t c1,
+                                             int32_t c2, int32_t c3, int32_t c4) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5, %6}], [%1];\n" ::"l"(
+          tensor_map),
+      "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
+      : "memory");
+}
+
+// Closes the bulk-async group of this thread's copies issued since the last one.
+__device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+
+// Waits until every bulk-async group this thread committed has read its shared memory.
+__device__ __forceinline__ void bulk_wait_group_read_all() {
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+
+// Makes this thread's earlier shared-memory writes visible to the async
+// proxy (the TMA) once a barrier has ordered them.
+__device__ __forceinline__ void fence_async_proxy_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// ---- matrix stores (sm_90) ----
+
+// Stores four 8 x 8 matrices of 16-bit elements: register j of every lane
+// holds the pair (row lane / 4, columns 2 (lane % 4), + 1) of matrix j (the
+// m16n8 C layout), and lane 8 j + i gives the shared-memory address of row i
+// of matrix j (16 bytes).
+__device__ __forceinline__ void stmatrix_x4(uint32_t address, const uint32_t (&x)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "r"(x[0]),
+               "r"(x[1]), "r"(x[2]), "r"(x[3])
+               : "memory");
 }
 
 // ---- register reallocation (sm_90a) ----

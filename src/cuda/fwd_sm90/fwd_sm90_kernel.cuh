@@ -31,7 +31,12 @@
 //   then O / l and the LSE (or a split row's partial result) are written;
 //   in the permuted pass of a dilated split (FwdParams::merge_into_out; a
 //   kernel of its own, Sm90Traits::kMergeIntoOut), merged into the rest
-//   pass's rows of out and the LSE.
+//   pass's rows of out and the LSE; where the call allows it
+//   (Sm90Traits::kTmaOutput, Sm90TensorMaps::has_o), O / l goes to shared
+//   memory for the output warp (post_output).
+//   output warp (warp 1 of the producer warpgroup, where O goes through
+//     shared memory): takes the same units, and stores each group's rows to
+//     out with the TMA (store_outputs).
 // Rows past q_len and keys past k_len arrive as zeros (TMA fills outside the
 // tensor); key bounds are masked in registers, rows past q_len never written.
 // In a packed varlen batch (sequence_span.hpp) the maps cover the packed
@@ -104,6 +109,7 @@ struct Sm90Smem {
   __device__ __forceinline__ uint32_t q() const { return base; }
   __device__ __forceinline__ uint32_t k(int stage) const { return base + Tr::kKOffset + stage * Tr::kKVBytes; }
   __device__ __forceinline__ uint32_t v(int stage) const { return base + Tr::kVOffset + stage * Tr::kKVBytes; }
+  __device__ __forceinline__ uint32_t o() const { return base + Tr::kOOffset; }
   __device__ __forceinline__ uint32_t q_full() const { return base + Tr::kBarrierOffset; }
   __device__ __forceinline__ uint32_t q_free() const { return base + Tr::kBarrierOffset + 8; }
   __device__ __forceinline__ uint32_t k_full(int stage) const { return base + Tr::kBarrierOffset + 16 + 8 * stage; }
@@ -210,8 +216,8 @@ struct UnitRing {
   __device__ __forceinline__ void last_posted(const Sm90Smem<Tr>& sm, UnitPlace& place, WorkItem& item) const {
     read(sm, static_cast<int>((uses - 1) % Tr::kUnitSlots), place, item);
   }
-  // Every consumer thread: the next unit, once posted (its plan item into
-  // `item` where the slots carry it).
+  // Every consumer thread, and the output warp: the next unit, once posted
+  // (its plan item into `item` where the slots carry it).
   __device__ __forceinline__ UnitPlace take(const Sm90Smem<Tr>& sm, WorkItem& item) {
     mbarrier_wait(sm.unit_full(slot()), parity());
     UnitPlace place;
@@ -436,20 +442,116 @@ __device__ __forceinline__ void last_pv(const Sm90Smem<Tr>& sm, const Sm90Descri
   mbarrier_arrive(sm.v_free(stage.stage));
 }
 
-// A unit's rows once its last tile is done: O / l and the LSE into out (in a
-// dilated split's permuted pass merged with the rows there), or a split
-// row's piece into its partial-result slot.
+// Output through the TMA (Tr::kTmaOutput, where the call has an output map:
+// Sm90TensorMaps::has_o). A consumer warpgroup writes its 64 rows of O / l,
+// rounded, with stmatrix straight into the 128-byte-swizzled layout the TMA
+// reads (Q's); a warp of the producer warpgroup, the output warp
+// (store_outputs), which takes the same units from the unit ring, stores
+// the box, and the TMA clips rows past q_len. The consumers so have neither
+// write_output's quad transposes nor its per-row addresses and stores,
+// which short rows pay for in every unit (a same-run bound: without any
+// epilogue window 512 ran 12% faster), nor the copy's tensor-map address,
+// whose register their tile loop would miss. Two named barriers per group,
+// of its 128 threads and the output warp: "output full" (the group arrives
+// once its rows are written; the output warp waits) and "output free" (the
+// output warp arrives once the TMA has read them, and once at the start; the
+// group waits before it writes, and once at the end).
 template <typename Tr>
-__device__ __forceinline__ void write_unit_result(const FwdParams& p, float (&o)[1][Tr::kDAtoms][4],
+struct OutputBarriers {
+  static constexpr int kThreads = 128 + 32;
+  __device__ __forceinline__ static int full(int group) {
+    return IssueOrder<Tr::kConsumerGroups>::kFirstBarrier + Tr::kConsumerGroups + 2 * group;
+  }
+  __device__ __forceinline__ static int free(int group) { return full(group) + 1; }
+};
+
+// Consumer warpgroup `warp / 4`: its rows of a unit (O / l) to the output
+// warp, and their LSE.
+template <typename Tr>
+__device__ __forceinline__ void post_output(const FwdParams& p, const Sm90Smem<Tr>& sm,
+                                            const float (&o)[1][Tr::kDAtoms][4], const float (&m)[1][2],
+                                            const float (&l)[1][2], const SequenceSpan& seq, int64_t h, int64_t q0,
+                                            int warp, int lane) {
+  using T = typename Tr::T;
+  const int group = warp / 4;
+  const RowEnd end[2] = {finish_row<Tr>(m, l, 0, 0), finish_row<Tr>(m, l, 0, 1)};
+  named_barrier_sync(OutputBarriers<Tr>::free(group), OutputBarriers<Tr>::kThreads);
+  // Lane 8 j + i addresses row i of matrix j: rows 8 (j % 2) on, atom j / 2 of the pair.
+  const int matrix = lane / 8, row = warp * Tr::kWarpRows + lane % 8 + 8 * (matrix % 2);
+#pragma unroll
+  for (int d = 0; d < Tr::kDAtoms; d += 2) {
+    const uint32_t x[4] = {pack2<T>(o[0][d][0] * end[0].inv, o[0][d][1] * end[0].inv),
+                           pack2<T>(o[0][d][2] * end[1].inv, o[0][d][3] * end[1].inv),
+                           pack2<T>(o[0][d + 1][0] * end[0].inv, o[0][d + 1][1] * end[0].inv),
+                           pack2<T>(o[0][d + 1][2] * end[1].inv, o[0][d + 1][3] * end[1].inv)};
+    const int atom = d + matrix / 2, chunk = atom % 8;  // 8 atoms of 16 bytes to a 128-byte panel row
+    stmatrix_x4(sm.o() + atom / 8 * Tr::kQPanelBytes + row * 128 + ((chunk ^ (row % 8)) << 4), x);
+  }
+  fence_async_proxy_shared();
+  named_barrier_arrive(OutputBarriers<Tr>::full(group), OutputBarriers<Tr>::kThreads);
+  if (p.lse == nullptr || (lane & 3) != 0) return;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int64_t q = q0 + warp * Tr::kWarpRows + (lane >> 2) + half * 8;
+    if (seq.has_row(q)) *p.lse_at(seq.batch, h, q) = end[half].lse;
+  }
+}
+
+// The output warp: takes each unit from the unit ring as the consumers do,
+// and for a unit they post (one not split: split rows write partial
+// results), the rows of each consumer group in turn, once posted, to out
+// with a TMA copy issued by lane 0, freeing them once it has read them.
+template <typename Tr>
+__device__ __forceinline__ void store_outputs(const FwdParams& p, const CUtensorMap& out_map,
+                                              const Sm90Smem<Tr>& sm, const WorkUnits& units, int lane) {
+#pragma unroll
+  for (int group = 0; group < Tr::kConsumerGroups; ++group)
+    named_barrier_arrive(OutputBarriers<Tr>::free(group), OutputBarriers<Tr>::kThreads);  // the buffer starts free
+  UnitRing<Tr> ring;
+  WorkItem slot_item;
+  for (UnitPlace place = ring.take(sm, slot_item); place.item != kNoItem; place = ring.take(sm, slot_item)) {
+    WorkItem item;  // the fields Sm90Work::at and the split test read
+    item.row = Tr::kUnitItemsInSlots ? slot_item.row : p.plan.items[place.item].row;
+    item.slot = Tr::kUnitItemsInSlots ? slot_item.slot : p.plan.items[place.item].slot;
+    if (item.slot >= 0) continue;
+    const Sm90Work w = Sm90Work::at(units, place, item, Tr::kBlockM);
+#pragma unroll
+    for (int group = 0; group < Tr::kConsumerGroups; ++group) {
+      named_barrier_sync(OutputBarriers<Tr>::full(group), OutputBarriers<Tr>::kThreads);
+      if (lane == 0) {
+#pragma unroll
+        for (int panel = 0; panel < Tr::kPanels; ++panel)
+          tma_store_5d(&out_map, sm.o() + panel * Tr::kQPanelBytes + group * Tr::kGroupRows * 128,
+                       panel * Tr::kPanelCols, 0, static_cast<int32_t>(w.row0 + group * Tr::kGroupRows),
+                       static_cast<int32_t>(w.h), static_cast<int32_t>(w.b));
+        bulk_commit_group();
+        bulk_wait_group_read_all();
+      }
+      __syncwarp();
+      named_barrier_arrive(OutputBarriers<Tr>::free(group), OutputBarriers<Tr>::kThreads);
+    }
+  }
+}
+
+// A unit's rows once its last tile is done: O / l and the LSE into out
+// (through the TMA where the call has an output map; in a dilated split's
+// permuted pass merged with the rows there), or a split row's piece into its
+// partial-result slot.
+template <typename Tr>
+__device__ __forceinline__ void write_unit_result(const FwdParams& p, const Sm90TensorMaps& maps,
+                                                  const Sm90Smem<Tr>& sm, float (&o)[1][Tr::kDAtoms][4],
                                                   float (&m)[1][2], float (&l)[1][2], const SequenceSpan& seq,
                                                   const Sm90Work& w, uint32_t copies, int64_t q0, int warp,
                                                   int lane) {
-  if constexpr (Tr::kMergeIntoOut)
+  if constexpr (Tr::kMergeIntoOut) {
     write_output<Tr, true>(p, o, m, l, seq, w.h, q0, warp, lane);
-  else if (w.item.slot < 0)
-    write_output<Tr>(p, o, m, l, seq, w.h, q0, warp, lane);
-  else
+  } else if (w.item.slot >= 0) {
     write_partial<Tr>(p, o, m, l, seq, q0, (w.item.slot * static_cast<int64_t>(copies) + w.copy) * Tr::kBlockM, warp, lane);
+  } else if (Tr::kTmaOutput && maps.has_o) {
+    post_output<Tr>(p, sm, o, m, l, seq, w.h, q0, warp, lane);
+  } else {
+    write_output<Tr>(p, o, m, l, seq, w.h, q0, warp, lane);
+  }
 }
 
 // One work unit of a consumer warpgroup. Per tile n the products are issued
@@ -464,7 +566,7 @@ __device__ __forceinline__ void write_unit_result(const FwdParams& p, float (&o)
 // turn (the groups pass turns in a fixed cycle) and frees the tile's stages
 // once they have arrived.
 template <typename Tr>
-__device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<Tr>& sm,
+__device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90TensorMaps& maps, const Sm90Smem<Tr>& sm,
                                              const Sm90Descriptors<Tr>& desc, const Sm90Work& w, uint32_t copies,
                                              RingSlot<Tr::kStages>& slot, uint32_t& q_parity,
                                              const IssueOrder<Tr::kConsumerGroups>& schedule, int warp, int lane) {
@@ -608,7 +710,7 @@ __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Smem<
       mbarrier_arrive(sm.v_free(previous.stage));
     }
   }
-  write_unit_result<Tr>(p, o, m, l, seq, w, copies, q0, warp, lane);
+  write_unit_result<Tr>(p, maps, sm, o, m, l, seq, w, copies, q0, warp, lane);
 }
 
 // One kept key tile as the consumers steer by it: its place in the walk and
@@ -656,7 +758,8 @@ __device__ __forceinline__ bool runs_two_scores(const FwdParams& p, const Sm90Wo
 // would also spill beside two score tiles, stay on consume_unit). Stages in
 // use at once: n-1 (V), n, n+1 (K).
 template <typename Tr>
-__device__ __forceinline__ void consume_unit_two_scores(const FwdParams& p, const Sm90Smem<Tr>& sm,
+__device__ __forceinline__ void consume_unit_two_scores(const FwdParams& p, const Sm90TensorMaps& maps,
+                                                        const Sm90Smem<Tr>& sm,
                                                         const Sm90Descriptors<Tr>& desc, const Sm90Work& w,
                                                         uint32_t copies, RingSlot<Tr::kStages>& slot,
                                                         uint32_t& q_parity, const IssueOrder<Tr::kConsumerGroups>& schedule, int warp,
@@ -755,11 +858,12 @@ __device__ __forceinline__ void consume_unit_two_scores(const FwdParams& p, cons
     }
     step(s_a, s_b);
   }
-  write_unit_result<Tr>(p, o, m, l, seq, w, copies, q0, warp, lane);
+  write_unit_result<Tr>(p, maps, sm, o, m, l, seq, w, copies, q0, warp, lane);
 }
 
 template <typename Tr>
-__device__ __forceinline__ void consume(const FwdParams& p, const Sm90Smem<Tr>& sm, const WorkUnits& units) {
+__device__ __forceinline__ void consume(const FwdParams& p, const Sm90TensorMaps& maps, const Sm90Smem<Tr>& sm,
+                                        const WorkUnits& units) {
   const int consumer_thread = static_cast<int>(threadIdx.x) - 128;
   const int group = warp_uniform(consumer_thread / 128), warp = consumer_thread / 32, lane = consumer_thread % 32;
   const Sm90Descriptors<Tr> desc(sm, group);
@@ -774,12 +878,15 @@ __device__ __forceinline__ void consume(const FwdParams& p, const Sm90Smem<Tr>& 
         Sm90Work::at(units, place, Tr::kUnitItemsInSlots ? slot_item : p.plan.items[place.item], Tr::kBlockM);
     if constexpr (Tr::kTwoScoreTiles) {
       if (runs_two_scores(p, w)) {
-        consume_unit_two_scores<Tr>(p, sm, desc, w, units.copies, slot, q_parity, schedule, warp, lane);
+        consume_unit_two_scores<Tr>(p, maps, sm, desc, w, units.copies, slot, q_parity, schedule, warp, lane);
         continue;
       }
     }
-    consume_unit<Tr>(p, sm, desc, w, units.copies, slot, q_parity, schedule, warp, lane);
+    consume_unit<Tr>(p, maps, sm, desc, w, units.copies, slot, q_parity, schedule, warp, lane);
   }
+  // The output warp's last arrival at "output free" (the buffer it freed last).
+  if constexpr (Tr::kTmaOutput)
+    if (maps.has_o) named_barrier_sync(OutputBarriers<Tr>::free(group), OutputBarriers<Tr>::kThreads);
 }
 
 template <typename Tr>
@@ -801,7 +908,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kCtasPerSm)
     }
     for (int slot = 0; slot < Tr::kUnitSlots; ++slot) {
       mbarrier_init(sm.unit_full(slot), 1);
-      mbarrier_init(sm.unit_free(slot), Tr::kConsumerThreads);
+      // Freed by every consumer thread, and by the output warp where it runs.
+      mbarrier_init(sm.unit_free(slot), Tr::kConsumerThreads + (Tr::kTmaOutput && maps.has_o ? 32 : 0));
     }
     mbarrier_init_fence();
   }
@@ -810,9 +918,11 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kCtasPerSm)
   if (threadIdx.x < 128) {
     warpgroup_release_registers<Tr::kProducerRegisters>();
     if (threadIdx.x == 0) produce<Tr>(p, maps, sm, units, schedule.counter);
+    if constexpr (Tr::kTmaOutput)
+      if (maps.has_o && threadIdx.x / 32 == 1) store_outputs(p, maps.o, sm, units, static_cast<int>(threadIdx.x % 32));
   } else {
     warpgroup_claim_registers<Tr::kConsumerRegisters>();
-    consume<Tr>(p, sm, units);
+    consume<Tr>(p, maps, sm, units);
   }
 }
 

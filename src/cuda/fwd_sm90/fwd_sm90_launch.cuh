@@ -1,7 +1,7 @@
 // cuda/fwd_sm90/fwd_sm90_launch.cuh - the launch of one instantiation of the
 // Hopper forward kernel: the tensor maps of q, k and v (over the packed rows
-// of a varlen batch), the dynamic
-// shared-memory limit, a persistent grid of one CTA per multiprocessor (two
+// of a varlen batch) and of out where the output goes through the TMA, the
+// dynamic shared-memory limit, a persistent grid of one CTA per multiprocessor (two
 // for the 64 x 64 tile; fewer when there is less work) with its zeroed work
 // counter (or a static stride over units of equal length), then the merge
 // of split rows. A dilated split's permuted pass runs a kernel of its own
@@ -63,13 +63,20 @@ void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   maps.q = make_tile_tensor_map(p.q, dtype, map_batch, p.q_heads, q_rows, rate, kHeadDim, Tr::kBlockM);
   maps.k = make_tile_tensor_map(p.k, dtype, map_batch, p.kv_heads, k_rows, rate, kHeadDim, Tr::kBlockN);
   maps.v = make_tile_tensor_map(p.v, dtype, map_batch, p.kv_heads, k_rows, rate, kHeadDim, Tr::kBlockN);
+  // Output through the TMA (post_output, store_outputs) where out is a plain
+  // tensor of the input type: not in varlen batches (a tile's rows may belong to the
+  // next sequence), nor with query heads packed into rows or a dilated
+  // split's permuted pass.
+  maps.has_o = Tr::kTmaOutput && !p.out_f32 && !packed && !p.packed.any() && !p.merge_into_out && rate == 1 &&
+               out_tensor_map_usable(p.out, p.batch, p.q_heads, p.q_len);
+  if (maps.has_o)
+    maps.o = make_tile_tensor_map(p.out, dtype, p.batch, p.q_heads, p.q_len, 1, kHeadDim, Tr::kGroupRows);
 
   if (p.merge_into_out) {
     // Dilated splits are made for the head dim's own tile (call_tile), so
     // only that tile has a permuted-pass kernel.
     constexpr TileShape kOwnTile = sm90_tile(kHeadDim);
     if constexpr (kTileRows == kOwnTile.rows && kTileCols == kOwnTile.cols) {
-      require(p.plan.num_split_rows == 0, "CUDA sm90 kernel: the permuted pass of a dilated split has split rows");
       return launch_grid<Sm90Traits<T, kHeadDim, kTileRows / 64, kTileCols, true>>(p, maps, stream);
     } else {
       fail("CUDA sm90 kernel: the permuted pass of a dilated split runs on the ", kOwnTile.rows, " x ",

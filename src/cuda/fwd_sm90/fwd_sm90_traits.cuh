@@ -17,6 +17,7 @@
 // 128-byte swizzle (what the TMA writes and wgmma reads; ptx_sm90.cuh):
 //   Q            kPanels x (kBlockM rows x 128 B)
 //   K, V stage s kPanels x (kBlockN keys x 128 B) each, kStages stages
+//   O            as Q, where kTmaOutput (the unit's output, bound for the TMA)
 //   mbarriers    Q full / Q free, per stage K full, V full, K free, V free,
 //                per unit slot unit full, unit free
 //   unit slots   kUnitSlots located work units (plan item, copy: 2 x uint32;
@@ -116,7 +117,16 @@ struct Sm90Traits {
   static constexpr uint32_t kKVBytes = kPanels * kKVPanelBytes;
   static constexpr uint32_t kKOffset = kQBytes;
   static constexpr uint32_t kVOffset = kKOffset + kStages * kKVBytes;
-  static constexpr uint32_t kBarrierOffset = kVOffset + kStages * kKVBytes;
+  // Whether a unit's output goes through shared memory and the TMA
+  // (post_output and store_outputs in fwd_sm90_kernel.cuh, where the call
+  // allows it): a buffer laid out as Q's, which the tiles up to D = 128 have
+  // room for; D = 256 has none, the three-group tile's consumers (160 registers)
+  // spilled 98 bytes with it, and the permuted pass of a dilated split
+  // merges its rows into out, which the TMA cannot.
+  static constexpr bool kTmaOutput = kHeadDim <= 128 && kConsumerGroups <= 2 && !kMergeIntoOut;
+  static constexpr uint32_t kOOffset = kVOffset + kStages * kKVBytes;
+  static constexpr uint32_t kOBytes = kTmaOutput ? kQBytes : 0;
+  static constexpr uint32_t kBarrierOffset = kOOffset + kOBytes;
   // Work units handed from the producer to the consumers: a ring of located
   // units (plan item, copy), each slot with a full and a free mbarrier. At
   // head dims up to 64 a slot also carries the unit's plan item, and the

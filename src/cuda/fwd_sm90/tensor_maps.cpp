@@ -28,6 +28,12 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
 
 }  // namespace
 
+bool out_tensor_map_usable(const TensorArg& t, int64_t batch, int64_t heads, int64_t len) {
+  const auto stride_ok = [](int64_t extent, int64_t stride) { return extent == 1 || (stride * 2) % 16 == 0; };
+  return reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && stride_ok(len, t.stride_l) &&
+         stride_ok(heads, t.stride_h) && stride_ok(batch, t.stride_b);
+}
+
 CUtensorMap make_tile_tensor_map(const TensorArg& t, DType dtype, int64_t batch, int64_t heads, int64_t len,
                                  int64_t rate, int64_t head_dim, int box_rows) {
   const int64_t elem = dtype_size(dtype);

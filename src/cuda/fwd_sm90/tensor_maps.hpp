@@ -20,10 +20,18 @@
 
 namespace spattn::cuda_detail {
 
-// The Hopper kernel's Q, K and V maps; passed as one __grid_constant__ argument.
+// The Hopper kernel's Q, K and V maps, and out's where the output goes
+// through the TMA (has_o; out_tensor_map_usable); passed as one
+// __grid_constant__ argument.
 struct Sm90TensorMaps {
-  CUtensorMap q, k, v;
+  CUtensorMap q, k, v, o;
+  bool has_o = false;
 };
+
+// Whether a TMA map can describe `t` (a tensor of 16-bit elements) for the
+// stores of out: a 16-byte aligned start and row, head and batch strides of
+// multiples of 16 bytes (those of axes of extent 1 are never stepped).
+bool out_tensor_map_usable(const TensorArg& t, int64_t batch, int64_t heads, int64_t len);
 
 // `len` rows of each residue (len x rate rows in all). Throws spattn::Error
 // when the driver rejects the description.

@@ -537,7 +537,8 @@ TEST(CudaTilePlan, RejectsBlocksThatDoNotFitTheTile) {
 // The plans of one tile share the mask at its granularity: a fill plan over
 // the grain of the plain plan walks the same arrays and covers every row
 // once; a grain where the tile walks the mask itself, or none where it needs
-// one, is refused with the block and tile sizes.
+// one, is refused with the block and tile sizes; so are row counts of
+// another shape.
 TEST(CudaTilePlan, PlansOfATileShareItsGrain) {
   const TileShape tile{128, 128};
   const BlockMask bigbird =
@@ -557,6 +558,14 @@ TEST(CudaTilePlan, PlansOfATileShareItsGrain) {
                         "needs the mask at tile granularity");
   expect_error_mentions([&] { cuda_detail::make_tile_plan(bigbird, TileShape{64, 64}, grain, 0, 8, 0); },
                         "walks the mask itself");
+  // The rows' counts, where a caller has them, give the same grain; counts of another shape are refused.
+  const std::vector<int64_t> counts = cuda_detail::tile_grain_row_counts(bigbird, tile);
+  EXPECT_EQ(static_cast<int64_t>(counts.size()), static_cast<int64_t>(grain->row_offsets.size()) - 1);
+  EXPECT_EQ(cuda_detail::derive_tile_grain_mask(bigbird, tile, counts)->kv_indices, grain->kv_indices);
+  EXPECT_EQ(cuda_detail::tile_plan_key_tiles(bigbird, tile, counts), grain->row_offsets.back());
+  EXPECT_TRUE(cuda_detail::tile_grain_row_counts(bigbird, TileShape{64, 64}).empty());
+  expect_error_mentions([&] { cuda_detail::derive_tile_grain_mask(bigbird, tile, std::vector<int64_t>(3, 1)); },
+                        "3 row counts given");
 }
 
 // Every pair of the mask is computed by exactly one pass of its dilated split:

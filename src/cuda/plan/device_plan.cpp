@@ -63,8 +63,11 @@ struct MaskCache {
   std::vector<std::unique_ptr<PerDevice>> devices;
   // The dilated split per kernel tile it was made for (null: the pattern has none).
   std::vector<std::pair<TileShape, std::shared_ptr<const DilatedSplit>>> dilated;
-  // plan_key_tiles per kernel tile.
+  // plan_key_tiles per kernel tile, and the rows' key tiles it was summed
+  // from where the tile needs the mask at its granularity (empty where it
+  // walks the mask itself), which that derivation then does not count again.
   std::vector<std::pair<TileShape, int64_t>> key_tiles;
+  std::vector<std::pair<TileShape, std::vector<int64_t>>> grain_row_counts;
   // The mask at the granularity of each kernel tile (null: walked directly),
   // kept on the host for the mask's lifetime: the fill and whole-row plans a
   // later call asks for are made from it.
@@ -85,6 +88,11 @@ const T& per_tile(std::vector<std::pair<TileShape, T>>& entries, TileShape tile,
     if (made_for == tile) return value;
   entries.emplace_back(tile, make());
   return entries.back().second;
+}
+
+// The rows' key tiles of the mask at `tile`'s granularity (tile_grain_row_counts), counted once.
+const std::vector<int64_t>& row_counts(const BlockMask& mask, TileShape tile) {
+  return per_tile(mask_cache(mask).grain_row_counts, tile, [&] { return tile_grain_row_counts(mask, tile); });
 }
 
 std::mutex& cache_mutex() {
@@ -205,8 +213,9 @@ const TileGrainEntry& device_tile_grain(const BlockMask& mask, PerDevice& d, Til
 
 // Makes, uploads and caches the plan of (tile, split) on this device.
 DeviceTilePlanView make_device_tile_plan(const BlockMask& mask, PerDevice& d, TileShape tile, const PlanSplit& split) {
-  std::shared_ptr<const TileGrainMask> grain =
-      per_tile(mask_cache(mask).tile_grains, tile, [&] { return derive_tile_grain_mask(mask, tile); });
+  std::shared_ptr<const TileGrainMask> grain = per_tile(mask_cache(mask).tile_grains, tile, [&] {
+    return derive_tile_grain_mask(mask, tile, row_counts(mask, tile));
+  });
   const HostTilePlan host =
       make_tile_plan(mask, tile, grain, split.min_items, split.min_piece_tiles, split.whole_row_tiles);
   auto e = std::make_unique<TilePlanEntry>();
@@ -275,7 +284,8 @@ std::shared_ptr<const DilatedSplit> dilated_split(const BlockMask& mask, TileSha
 
 int64_t plan_key_tiles(const BlockMask& mask, TileShape tile) {
   std::lock_guard<std::mutex> lock(cache_mutex());
-  return per_tile(mask_cache(mask).key_tiles, tile, [&] { return tile_plan_key_tiles(mask, tile); });
+  return per_tile(mask_cache(mask).key_tiles, tile,
+                  [&] { return tile_plan_key_tiles(mask, tile, row_counts(mask, tile)); });
 }
 
 const int32_t* device_table(const BlockMask& mask, const std::vector<int32_t>& host, cudaStream_t stream) {

@@ -219,7 +219,7 @@ class TileGrainRows {
 };
 
 // Key tiles per row of the mask's tile-grain form.
-std::vector<int64_t> tile_grain_row_counts(const BlockMask& mask, const TileGrainRows& rows) {
+std::vector<int64_t> count_rows(const BlockMask& mask, const TileGrainRows& rows) {
   std::vector<int64_t> counts(static_cast<size_t>(rows.rows()));
 #pragma omp parallel if (mask.num_blocks() >= kMinParallelBlocks)
   {
@@ -232,10 +232,13 @@ std::vector<int64_t> tile_grain_row_counts(const BlockMask& mask, const TileGrai
 }
 
 // The mask at tile granularity (derive_tile_grain_mask) on sub-block grid
-// `sub`: rows counted, then each filled in place.
-TileGrainMask derive(const BlockMask& mask, TileShape tile, const SubBlockGrid& sub) {
+// `sub`, its rows' key tiles counted (count_rows): each row filled in place.
+TileGrainMask derive(const BlockMask& mask, TileShape tile, const SubBlockGrid& sub,
+                     const std::vector<int64_t>& counts) {
   const TileGrainRows rows(mask, tile, sub);
-  const std::vector<int64_t> counts = tile_grain_row_counts(mask, rows);
+  require(static_cast<int64_t>(counts.size()) == rows.rows(), "CUDA backend: ", counts.size(),
+          " row counts given for the ", rows.rows(), " rows of a mask at ", tile.rows, " x ", tile.cols,
+          " tile granularity");
   TileGrainMask grain;
   grain.row_offsets.assign(counts.size() + 1, 0);
   std::partial_sum(counts.begin(), counts.end(), grain.row_offsets.begin() + 1);
@@ -345,20 +348,34 @@ void check_tile_fit(const BlockMask& mask, TileShape tile) {
           ") must fit in 32 bits");
 }
 
-int64_t tile_plan_key_tiles(const BlockMask& mask, TileShape tile) {
+std::vector<int64_t> tile_grain_row_counts(const BlockMask& mask, TileShape tile) {
+  check_tile_fit(mask, tile);
+  if (is_direct(mask, tile)) return {};
+  return count_rows(mask, TileGrainRows(mask, tile, sub_grid(mask, tile)));
+}
+
+int64_t tile_plan_key_tiles(const BlockMask& mask, TileShape tile, const std::vector<int64_t>& row_counts) {
   check_tile_fit(mask, tile);
   if (is_direct(mask, tile)) {
     const std::vector<int64_t> work = row_work(mask, tile, HostTilePlan{});
     return std::accumulate(work.begin(), work.end(), int64_t{0});
   }
-  const std::vector<int64_t> counts = tile_grain_row_counts(mask, TileGrainRows(mask, tile, sub_grid(mask, tile)));
-  return std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  return std::accumulate(row_counts.begin(), row_counts.end(), int64_t{0});
+}
+
+int64_t tile_plan_key_tiles(const BlockMask& mask, TileShape tile) {
+  return tile_plan_key_tiles(mask, tile, tile_grain_row_counts(mask, tile));
+}
+
+std::shared_ptr<const TileGrainMask> derive_tile_grain_mask(const BlockMask& mask, TileShape tile,
+                                                            const std::vector<int64_t>& row_counts) {
+  check_tile_fit(mask, tile);
+  if (is_direct(mask, tile)) return nullptr;
+  return std::make_shared<const TileGrainMask>(derive(mask, tile, sub_grid(mask, tile), row_counts));
 }
 
 std::shared_ptr<const TileGrainMask> derive_tile_grain_mask(const BlockMask& mask, TileShape tile) {
-  check_tile_fit(mask, tile);
-  if (is_direct(mask, tile)) return nullptr;
-  return std::make_shared<const TileGrainMask>(derive(mask, tile, sub_grid(mask, tile)));
+  return derive_tile_grain_mask(mask, tile, tile_grain_row_counts(mask, tile));
 }
 
 HostTilePlan make_tile_plan(const BlockMask& mask, TileShape tile, std::shared_ptr<const TileGrainMask> derived,

@@ -141,9 +141,18 @@ void check_tile_fit(const BlockMask& mask, TileShape tile);
 // Whether check_tile_fit would accept the mask for `tile`.
 bool tile_fits(const BlockMask& mask, TileShape tile);
 
+// The key tiles of each row of the mask at the granularity of `tile` (rows
+// as derive_tile_grain_mask's), counted without filling them (one pass over
+// the kept blocks); empty where the tile walks the mask itself. The mask
+// must fit the tile.
+std::vector<int64_t> tile_grain_row_counts(const BlockMask& mask, TileShape tile);
+
 // The mask at the granularity of `tile`, or null where the tile walks the
 // mask itself (its blocks are multiples of the tile). The mask must fit the
-// tile.
+// tile. `row_counts` (tile_grain_row_counts of this mask and tile, where a
+// caller already has them) spares the count.
+std::shared_ptr<const TileGrainMask> derive_tile_grain_mask(const BlockMask& mask, TileShape tile,
+                                                            const std::vector<int64_t>& row_counts);
 std::shared_ptr<const TileGrainMask> derive_tile_grain_mask(const BlockMask& mask, TileShape tile);
 
 // The plan of `tile` over `derived`, which must be derive_tile_grain_mask of
@@ -166,7 +175,10 @@ HostTilePlan make_tile_plan(const BlockMask& mask, TileShape tile, int64_t min_i
 // The key tiles the plan of `tile` visits over all its rows (its items'
 // entries times the key tiles of an entry: block_k / tile.cols where the
 // plan walks the mask, one where it is derived), counted without making the
-// plan (one pass over the kept blocks). The mask must fit the tile.
+// plan (one pass over the kept blocks, or the sum of `row_counts`,
+// tile_grain_row_counts of this mask and tile, where given). The mask must
+// fit the tile.
+int64_t tile_plan_key_tiles(const BlockMask& mask, TileShape tile, const std::vector<int64_t>& row_counts);
 int64_t tile_plan_key_tiles(const BlockMask& mask, TileShape tile);
 
 }  // namespace spattn::cuda_detail

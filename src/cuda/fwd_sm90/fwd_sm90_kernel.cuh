@@ -147,8 +147,9 @@ struct RingSlot {
 };
 
 // The work units of a CTA, located (plan item, copy) by the producer thread
-// and handed to the consumers through kUnitSlots shared-memory slots (each
-// with a full and a free mbarrier; layout in slot_word). The producer draws
+// and handed to the consumers (and the output warp, where it runs) through
+// kUnitSlots shared-memory slots (each with a full and a free mbarrier;
+// layout in slot_word). The producer draws
 // them: first blockIdx.x, then gridDim.x plus the next value of a global
 // counter zeroed before the launch, so a CTA that finishes early takes more
 // work (a static stride over the units left up to 4% of the time idle at the

@@ -227,6 +227,12 @@ struct UnitRing {
     ++uses;
     return place;
   }
+  // A unit taken's plan item: the one its slot carried (`slot_item`) where
+  // the slots carry the items, else the plan's.
+  __device__ __forceinline__ static WorkItem item_of(const DeviceTilePlanView& plan, UnitPlace place,
+                                                     const WorkItem& slot_item) {
+    return Tr::kUnitItemsInSlots ? slot_item : plan.items[place.item];
+  }
 };
 
 // Copies rows [row0, row0 + rows) of residue `residue` of one (batch, head)
@@ -511,11 +517,8 @@ __device__ __forceinline__ void store_outputs(const FwdParams& p, const CUtensor
   UnitRing<Tr> ring;
   WorkItem slot_item;
   for (UnitPlace place = ring.take(sm, slot_item); place.item != kNoItem; place = ring.take(sm, slot_item)) {
-    WorkItem item;  // the fields Sm90Work::at and the split test read
-    item.row = Tr::kUnitItemsInSlots ? slot_item.row : p.plan.items[place.item].row;
-    item.slot = Tr::kUnitItemsInSlots ? slot_item.slot : p.plan.items[place.item].slot;
-    if (item.slot >= 0) continue;
-    const Sm90Work w = Sm90Work::at(units, place, item, Tr::kBlockM);
+    const Sm90Work w = Sm90Work::at(units, place, UnitRing<Tr>::item_of(p.plan, place, slot_item), Tr::kBlockM);
+    if (w.item.slot >= 0) continue;
 #pragma unroll
     for (int group = 0; group < Tr::kConsumerGroups; ++group) {
       named_barrier_sync(OutputBarriers<Tr>::full(group), OutputBarriers<Tr>::kThreads);
@@ -875,8 +878,7 @@ __device__ __forceinline__ void consume(const FwdParams& p, const Sm90TensorMaps
   UnitRing<Tr> ring;
   WorkItem slot_item;  // the unit's plan item, where the slots carry it
   for (UnitPlace place = ring.take(sm, slot_item); place.item != kNoItem; place = ring.take(sm, slot_item)) {
-    const Sm90Work w =
-        Sm90Work::at(units, place, Tr::kUnitItemsInSlots ? slot_item : p.plan.items[place.item], Tr::kBlockM);
+    const Sm90Work w = Sm90Work::at(units, place, UnitRing<Tr>::item_of(p.plan, place, slot_item), Tr::kBlockM);
     if constexpr (Tr::kTwoScoreTiles) {
       if (runs_two_scores(p, w)) {
         consume_unit_two_scores<Tr>(p, maps, sm, desc, w, units.copies, slot, q_parity, schedule, warp, lane);

@@ -12,6 +12,7 @@
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/device_info.hpp"
 #include "cuda/common/fwd_params.hpp"
+#include "cuda/common/keep_bit_classes.hpp"
 #include "cuda/common/packed_rows.hpp"
 #include "cuda/common/scratch_pool.hpp"
 #include "cuda/common/split_combine.hpp"
@@ -160,10 +161,13 @@ cuda_detail::DeviceTilePlanView call_plan(const cuda_detail::FwdParams& p, const
   return cuda_detail::device_fill_plan(mask, tile, pattern_math::ceil_div(2 * sms, copies), piece, s);
 }
 
-// The fused kernel with p.plan (of `tile`); split rows write partial results
-// to stream-ordered scratch (from a pool that keeps its memory: no
-// synchronisation, capturable in a graph).
-void run_fused(cuda_detail::FwdParams p, DType dtype, bool sm90, cuda_detail::TileShape tile, cudaStream_t s) {
+// The fused kernel with p.plan (of `tile`, made from `mask`); split rows
+// write partial results to stream-ordered scratch (from a pool that keeps
+// its memory: no synchronisation, capturable in a graph), and so does the
+// launch its table of keep bits.
+void run_fused(cuda_detail::FwdParams p, const BlockMask& mask, DType dtype, bool sm90, cuda_detail::TileShape tile,
+               cudaStream_t s) {
+  p.keep_bits.classes = cuda_detail::keep_bit_classes(p, mask);
   require(!p.merge_into_out || (p.plan.num_split_rows == 0 && p.lse != nullptr),
           "CUDA backend: a pass merged into out needs the rest's LSE and cannot have split rows (their combine "
           "step does not merge)");
@@ -228,7 +232,7 @@ void run_dilated_split(const cuda_detail::DilatedSplit& split, const cuda_detail
   rest.mask = cuda_detail::device_mask(split.rest, s);
   rest.plan = cuda_detail::device_tile_plan(split.rest, tile, s);
   rest.exclude = cuda_detail::rest_exclusion(split);
-  run_fused(rest, dtype, sm90, tile, s);
+  run_fused(rest, split.rest, dtype, sm90, tile, s);
 
   cuda_detail::FwdParams perm = p;
   perm.q_len = perm.k_len = split.num_segments * split.group;
@@ -248,7 +252,7 @@ void run_dilated_split(const cuda_detail::DilatedSplit& split, const cuda_detail
   perm.lse_stride_l = rest.lse_stride_l;
   perm.merge_into_out = true;
   perm.rest_keeps_blocks = split.rest.num_blocks() > 0;
-  run_fused(perm, dtype, sm90, tile, s);
+  run_fused(perm, split.permuted, dtype, sm90, tile, s);
 }
 
 // Runs a call with kernel arguments `p` (validated; query heads packed or
@@ -265,7 +269,7 @@ void run_attention(cuda_detail::FwdParams p, const BlockMask& mask, DType dtype,
   if (split) return run_dilated_split(*split, p, dtype, sm90, tile, s);
   p.mask = cuda_detail::device_mask(mask, s);
   p.plan = call_plan(p, mask, tile, sm90, s);
-  run_fused(p, dtype, sm90, tile, s);
+  run_fused(p, mask, dtype, sm90, tile, s);
 }
 
 // Runs a validated call `p` of several query positions whose query heads
@@ -408,7 +412,7 @@ void cuda_attention_varlen(const TensorView& q, const TensorView& k, const Tenso
   p.mask = cuda_detail::device_mask(mask, s);
   const cuda_detail::TileShape tile = cuda_detail::call_tile(sm90, p.head_dim, mask, false);
   p.plan = call_plan(p, mask, tile, sm90, s);
-  run_fused(p, q.dtype, sm90, tile, s);
+  run_fused(p, mask, q.dtype, sm90, tile, s);
 }
 
 void cuda_naive_attention(const TensorView& q, const TensorView& k, const TensorView& v,

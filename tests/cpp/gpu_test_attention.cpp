@@ -194,6 +194,11 @@ TEST(GpuSanitizerSmall, EachKernelPath) {
   pr.q_len = 500;
   pr.k_len = 600;
   expect_matches_reference(pr, 6);
+  // Eight heads over the rest's one mask head: the table of keep bits holds
+  // four head classes (h % 4), each shared by two heads.
+  pr.q_heads = pr.kv_heads = 8;
+  expect_matches_reference(pr, 62);
+  pr.q_heads = pr.kv_heads = 4;
   // One whose rest keeps no block: the permuted pass writes without reading
   // the rest's rows (zeros and -inf LSEs).
   pr.pattern = Pattern::dilated({256}, {4}, true);

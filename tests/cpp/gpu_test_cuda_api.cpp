@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cuda/common/excluded_keys.hpp"
+#include "cuda/common/keep_bit_classes.hpp"
 #include "cuda/common/row_key_bits.hpp"
 #include "cuda/common/work_units.hpp"
 #include "cuda/fwd_sm90/fwd_sm90.hpp"
@@ -878,6 +879,53 @@ TEST(CudaDilatedSplit, OnlyWhereThePermutationIsExact) {
 
 // The word of a row (bit k: key k0 + k) holds exactly the keys the
 // predicate allows, for every pattern with a span form.
+// The table of keep bits numbers the partial entries in order, and its head
+// classes tell apart exactly the heads of a mask head whose bits may differ.
+TEST(CudaKeepBitsTable, PartialEntriesNumberedInOrder) {
+  EXPECT_EQ(cuda_detail::partial_entry_slots({1, 0, 0, 1, 0}), (std::vector<int32_t>{-1, 0, 1, -1, 2}));
+  EXPECT_EQ(cuda_detail::partial_entry_slots({1, 1}), (std::vector<int32_t>{-1, -1}));
+  EXPECT_TRUE(cuda_detail::partial_entry_slots({}).empty());
+}
+
+TEST(CudaKeepBitsTable, HeadClassesTellApartHeadsWhoseBitsDiffer) {
+  const auto classes = [](const BlockMask& mask, int64_t q_heads, cuda_detail::DilatedExclusion exclude = {}) {
+    cuda_detail::FwdParams p;
+    p.q_heads = q_heads;
+    p.exclude = exclude;
+    return cuda_detail::keep_bit_classes(p, mask);
+  };
+  const BlockMask shared = BlockMask::build(Pattern::sliding_window(100), MaskShape{1024, 1024, 128, 128, 1});
+  EXPECT_EQ(classes(shared, 8), 1);
+  const BlockMask per_head =
+      BlockMask::build(Pattern::dilated({256}, {4}, true), MaskShape{1024, 1024, 128, 128, 8});
+  EXPECT_EQ(classes(per_head, 8), 1);  // one query head per mask head
+  const BlockMask dilated_shared =
+      BlockMask::build(Pattern::dilated({256}, {4}, true), MaskShape{1024, 1024, 128, 128, 2});
+  EXPECT_EQ(classes(dilated_shared, 8), 4);  // h % 4 of the 4 heads per mask head
+  EXPECT_EQ(classes(dilated_shared, 6), 3);  // rate 4 does not divide 3 heads per mask head
+
+  const Pattern bench = Pattern::unite(Pattern::dilated({256}, {4}, true), Pattern::sliding_window(64));
+  const auto split = cuda_detail::make_dilated_split(BlockMask::build(bench, MaskShape{1024, 1024, 128, 128, 8}),
+                                                     TileShape{128, 128});
+  ASSERT_NE(split, nullptr);
+  ASSERT_EQ(split->rest.num_heads(), 1);
+  EXPECT_EQ(classes(split->rest, 8, cuda_detail::rest_exclusion(*split)), 4);
+  cuda_detail::DilatedExclusion runs = cuda_detail::permuted_exclusion(*split, 1024, 1024, split->full_runs.data());
+  EXPECT_EQ(classes(split->permuted, 8, runs), 4);
+  runs.runs_per_head = true;
+  EXPECT_EQ(classes(split->permuted, 8, runs), 8 / split->permuted.num_heads());
+
+  cuda_detail::FwdParams varlen;
+  varlen.q_heads = 8;
+  const int32_t cu_seqlens[2] = {0, 1024};
+  varlen.varlen.cu_seqlens_q = cu_seqlens;
+  EXPECT_EQ(cuda_detail::keep_bit_classes(varlen, shared), 0);
+  cuda_detail::FwdParams packed;
+  packed.q_heads = 2;
+  packed.packed.heads = 4;
+  EXPECT_EQ(cuda_detail::keep_bit_classes(packed, shared), 0);
+}
+
 TEST(CudaRowKeyBits, SpanFormAgreesWithThePredicate) {
   std::mt19937_64 rng(12);
   int64_t rows_with_span_form = 0, custom_rows = 0;

@@ -77,6 +77,20 @@ struct PackedHeads {
   SPATTN_HD int mask_row(int r) const { return heads != 0 ? r / heads : r; }
 };
 
+// Keep bits of the tiles a fused kernel masks, made for the call before the
+// kernel runs (common/keep_bits_table.cuh) instead of by the kernel's
+// consumers at each such tile. The host sets `classes` (keep_bit_classes,
+// common/keep_bit_classes.hpp): query head h of a plan row shares its
+// bits with the row's heads of the same h % heads-per-mask-head % classes;
+// 0 where no table is made. The launch then sets `words` (null: the
+// kernel computes the bits) and `masked_entries`, the entries of the plan
+// whose tiles the table holds.
+struct KeepBitsArg {
+  int32_t classes = 0;
+  const uint32_t* words = nullptr;
+  int64_t masked_entries = 0;
+};
+
 struct FwdParams {
   TensorArg q, k, v, out;
   bool out_f32 = false;  // out holds fp32 instead of the input type
@@ -115,6 +129,7 @@ struct FwdParams {
   // The query heads packed into each kv head's rows (PackedHeads).
   PackedHeads packed;
   VarlenArg varlen;          // fused kernel only; q_len, k_len are then the mask's
+  KeepBitsArg keep_bits;     // fused kernel only
   // Partial results of split rows (fused kernel, plan.num_slots > 0): per
   // (slot, batch * heads of a mask head, tile row) the normalised O (head_dim
   // floats) and the natural-log LSE.

@@ -12,7 +12,8 @@
 // k is column k (thread_columns in row_key_bits.hpp picks them out of a row's
 // 64-key word). KeepBits packs the rows into 32-bit words, whole rows per
 // word. The predicate itself runs once per row and 64-key segment, a lane
-// each (tile_keep_bits).
+// each (computed_keep_bits), or a table made before the kernel holds them
+// (keep_bits_table.cuh).
 //
 // The traits Tr provide kMAtoms, kNAtoms, kWarpRows (query rows per warp) and
 // kBlockN (keys per tile).
@@ -127,7 +128,7 @@ inline __device__ __noinline__ uint64_t keys_allowed_one_by_one(const PatternExp
 }
 
 // The keep bits of one row and 64-key segment of the tile, evaluated by one
-// lane (tile_keep_bits): `slot` numbers the warp's (row, segment) pairs, rows
+// lane (computed_keep_bits): `slot` numbers the warp's (row, segment) pairs, rows
 // first (row slot % kWarpRows of the warp, segment slot / kWarpRows). A partial
 // tile's allowed pairs - key in bounds, the sub-block kept (derived plans), and
 // either the sub-block full or the pattern predicate true, through its span
@@ -214,6 +215,13 @@ __device__ __forceinline__ int opaque(int x) {
   return y;
 }
 
+// Whether a kernel masks the tile (its keep bits are not all set): a partial
+// tile, or any tile of a dilated split's permuted pass, whose exclusion
+// reaches every tile.
+__device__ __forceinline__ bool tile_is_masked(const FwdParams& p, bool full) {
+  return !full || p.exclude.kind == Exclusion::FullRuns;
+}
+
 // The keep bits of a tile: all on a full tile without exclusion; else each lane
 // evaluates one row and 64-key segment of its warp's rows (lane_keep_word:
 // lanes ascend over the rows, then the segments; with fewer than 32 of them,
@@ -231,17 +239,17 @@ __device__ __forceinline__ int opaque(int x) {
 // dense -1.7% on sm80, window and streaming without the 3% they gain
 // otherwise).
 template <typename Tr>
-__device__ __forceinline__ KeepBits<Tr> tile_keep_bits(const FwdParams& p, const PatternExpr& expr,
-                                                       const TileWalk& tile, bool full, const SequenceSpan& seq,
-                                                       int64_t h, int64_t q0, int64_t k0, int warp, int lane) {
+__device__ __forceinline__ KeepBits<Tr> computed_keep_bits(const FwdParams& p, const PatternExpr& expr,
+                                                           const TileWalk& tile, bool full, const SequenceSpan& seq,
+                                                           int64_t h, int64_t q0, int64_t k0, int warp, int lane) {
   constexpr int kSegments = Tr::kBlockN / 64;
   constexpr int kSlots = Tr::kWarpRows * kSegments;     // (row, segment) pairs of a warp
   constexpr int kPasses = kSlots > 32 ? kSegments : 1;  // of the warp's lanes over them
   static_assert(Tr::kBlockN % 64 == 0 && (kSlots <= 32 || Tr::kWarpRows == 32),
                 "a lane per row and 64-key segment, or per row and all its segments");
   static_assert(KeepBits<Tr>::kRowBits == 16 * kSegments, "a thread has 16 columns per segment");
+  if (!tile_is_masked(p, full)) return KeepBits<Tr>::all();
   const bool excluding = p.exclude.kind == Exclusion::FullRuns || (p.exclude.kind == Exclusion::Rest && !full);
-  if (full && !excluding) return KeepBits<Tr>::all();
   lane = opaque(lane);
   warp = opaque(warp);
   uint64_t word[kPasses];

@@ -48,6 +48,7 @@
 #include "cuda/common/online_softmax.cuh"
 #include "cuda/common/ptx_sm80.cuh"
 #include "cuda/common/sequence_span.hpp"
+#include "cuda/common/keep_bits_table.cuh"
 #include "cuda/common/tile_mask.cuh"
 #include "cuda/common/tile_walk.cuh"
 #include "cuda/common/work_units.hpp"
@@ -263,7 +264,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm)
 
       // The predicate runs before S is live, so its registers do not compete with S.
       const KeepBits<Tr> keep =
-          kFullTiles ? KeepBits<Tr>::all() : tile_keep_bits<Tr>(p, expr, walk, full, seq, h, q0, k0, warp, lane);
+          kFullTiles ? KeepBits<Tr>::all() : tile_keep_bits<Tr, Tr::kThreads>(p, expr, walk, full, seq, h, q0, k0, warp, lane);
       float s[Tr::kMAtoms][Tr::kNAtoms][4];
 #pragma unroll
       for (int a = 0; a < Tr::kMAtoms; ++a)

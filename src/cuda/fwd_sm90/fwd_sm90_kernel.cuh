@@ -60,6 +60,7 @@
 #include "cuda/common/ptx_sm80.cuh"
 #include "cuda/common/ptx_sm90.cuh"
 #include "cuda/common/sequence_span.hpp"
+#include "cuda/common/keep_bits_table.cuh"
 #include "cuda/common/tile_mask.cuh"
 #include "cuda/common/tile_walk.cuh"
 #include "cuda/common/work_units.hpp"
@@ -68,10 +69,6 @@
 #include "spattn/pattern_terms.hpp"
 
 namespace spattn::cuda_detail {
-
-// The expression partial tiles read when the mask has none (every partial
-// tile of such a plan has only full sub-blocks, so it is never evaluated).
-__device__ const PatternExpr kNoPatternExpr{};
 
 // What the launch passes beside the parameters: `counter` gives the units
 // after each CTA's first (UnitRing; null: a static stride), `order` their
@@ -614,7 +611,7 @@ __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Tenso
       }
     };
     // Keep bits of the tile (all on a full tile without exclusion), computed before S is live.
-    KeepBits<Tr> keep = active ? tile_keep_bits<Tr>(p, expr, tile, full, seq, w.h, q0, k0, warp, lane)
+    KeepBits<Tr> keep = active ? tile_keep_bits<Tr, Tr::kConsumerThreads>(p, expr, tile, full, seq, w.h, q0, k0, warp, lane)
                                : KeepBits<Tr>::none();
     float s[1][Tr::kNAtoms][4];
     uint32_t pa[Tr::kBlockN / 16][4];
@@ -690,7 +687,7 @@ __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Tenso
       full = next_full;
       active = next_active;
       if (active) {
-        keep = tile_keep_bits<Tr>(p, expr, tile, full, seq, w.h, q0, k0, warp, lane);
+        keep = tile_keep_bits<Tr, Tr::kConsumerThreads>(p, expr, tile, full, seq, w.h, q0, k0, warp, lane);
         if (previous_active) {
           step(Yes{}, Yes{});
         } else {

@@ -7,9 +7,11 @@
 // go through DeviceExprs; masks built on the device are adopted as they are.
 #include "cuda/plan/device_plan.hpp"
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -39,6 +41,12 @@ struct TilePlanEntry {
   DeviceTilePlanView view;
 };
 
+// The places of walked entries among the partial ones (partial_entry_slots) on the device.
+struct PartialSlots {
+  const int32_t* slots = nullptr;
+  int64_t partial = 0, entries = 0;
+};
+
 // The device copy of the mask at one tile's granularity, shared by the tile's plans.
 struct TileGrainEntry {
   TileShape tile;
@@ -46,6 +54,7 @@ struct TileGrainEntry {
   BlockMaskView blocks;
   const uint64_t* sub_present = nullptr;
   const uint64_t* sub_full = nullptr;
+  PartialSlots partial;
 };
 
 struct PerDevice {
@@ -57,6 +66,7 @@ struct PerDevice {
   std::map<const void*, const int32_t*> tables;  // device_table(), by host address
   std::shared_ptr<const DeviceExprs> exprs;
   std::shared_ptr<const void> adopted;  // arrays built on the device (adopt_device_mask)
+  std::optional<PartialSlots> partial;  // of the mask's own entries, made with its first plan that walks them
 };
 
 struct MaskCache {
@@ -120,6 +130,16 @@ const T* upload(std::vector<DevicePtr>& arrays, const T* host, int64_t count) {
 template <typename T>
 const T* upload(std::vector<DevicePtr>& arrays, const std::vector<T>& host) {
   return upload(arrays, host.data(), static_cast<int64_t>(host.size()));
+}
+
+// The device copy of partial_entry_slots(kv_full), kept in `arrays`.
+PartialSlots upload_partial_slots(std::vector<DevicePtr>& arrays, const std::vector<uint8_t>& kv_full) {
+  PartialSlots p;
+  const std::vector<int32_t> slots = partial_entry_slots(kv_full);
+  p.slots = upload(arrays, slots);
+  p.entries = static_cast<int64_t>(kv_full.size());
+  p.partial = p.entries - std::count(kv_full.begin(), kv_full.end(), uint8_t{1});
+  return p;
 }
 
 constexpr const char* kNoPlanWhileCapturing =
@@ -207,6 +227,7 @@ const TileGrainEntry& device_tile_grain(const BlockMask& mask, PerDevice& d, Til
   e->blocks.kv_full = upload(e->arrays, grain.kv_full);
   e->sub_present = upload(e->arrays, grain.sub_present);
   e->sub_full = upload(e->arrays, grain.sub_full);
+  e->partial = upload_partial_slots(e->arrays, grain.kv_full);
   d.tile_grains.push_back(std::move(e));
   return *d.tile_grains.back();
 }
@@ -223,12 +244,20 @@ DeviceTilePlanView make_device_tile_plan(const BlockMask& mask, PerDevice& d, Ti
   e->split = split;
   DeviceTilePlanView& view = e->view;
   view.blocks = d.mask.blocks;
+  PartialSlots partial;
   if (grain) {
     const TileGrainEntry& on_device = device_tile_grain(mask, d, tile, *grain);
     view.blocks = on_device.blocks;
     view.sub_present = on_device.sub_present;
     view.sub_full = on_device.sub_full;
+    partial = on_device.partial;
+  } else {
+    if (!d.partial) d.partial = upload_partial_slots(d.arrays, mask.kv_full());
+    partial = *d.partial;
   }
+  view.partial_slots = partial.slots;
+  view.num_partial_entries = partial.partial;
+  view.num_entries = partial.entries;
   view.sub = host.sub;
   view.items = upload(e->arrays, host.items);
   view.num_items = static_cast<int64_t>(host.items.size());

@@ -33,6 +33,11 @@ struct DeviceTilePlanView {
   const uint64_t* sub_present = nullptr;  // null when the mask is walked directly
   const uint64_t* sub_full = nullptr;
   SubBlockGrid sub;
+  // Per walked entry, its place among the partial ones (-1: full;
+  // partial_entry_slots), the partial entries and all entries.
+  const int32_t* partial_slots = nullptr;
+  int64_t num_partial_entries = 0;
+  int64_t num_entries = 0;
   const WorkItem* items = nullptr;  // most work first
   int64_t num_items = 0;
   const int32_t* band_first = nullptr;  // num_bands + 1 entries (tile_plan.hpp); null: one band

@@ -363,6 +363,16 @@ int64_t tile_plan_key_tiles(const BlockMask& mask, TileShape tile, const std::ve
   return std::accumulate(row_counts.begin(), row_counts.end(), int64_t{0});
 }
 
+std::vector<int32_t> partial_entry_slots(const std::vector<uint8_t>& kv_full) {
+  require(kv_full.size() <= static_cast<size_t>(std::numeric_limits<int32_t>::max()), "CUDA backend: ", kv_full.size(),
+          " kept blocks exceed the 2^31 - 1 places of the partial blocks' table");
+  std::vector<int32_t> slots(kv_full.size(), -1);
+  int32_t next = 0;
+  for (size_t e = 0; e < kv_full.size(); ++e)
+    if (kv_full[e] == 0) slots[e] = next++;
+  return slots;
+}
+
 int64_t tile_plan_key_tiles(const BlockMask& mask, TileShape tile) {
   return tile_plan_key_tiles(mask, tile, tile_grain_row_counts(mask, tile));
 }

@@ -172,6 +172,11 @@ HostTilePlan make_tile_plan(const BlockMask& mask, TileShape tile, std::shared_p
 HostTilePlan make_tile_plan(const BlockMask& mask, TileShape tile, int64_t min_items = 0,
                             int64_t min_piece_tiles = kMinFillPieceTiles, int64_t whole_row_tiles = 0);
 
+// The place of each walked entry (kv_full 0: partial) among the partial
+// ones, in entry order, and -1 for a full one: where a call's table of
+// keep bits (common/keep_bits_table.cuh) holds the entry's tiles.
+std::vector<int32_t> partial_entry_slots(const std::vector<uint8_t>& kv_full);
+
 // The key tiles the plan of `tile` visits over all its rows (its items'
 // entries times the key tiles of an entry: block_k / tile.cols where the
 // plan walks the mask, one where it is derived), counted without making the

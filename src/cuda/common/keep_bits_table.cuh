@@ -1,0 +1,155 @@
+// cuda/common/keep_bits_table.cuh - the keep bits of the tiles a fused
+// kernel masks, made for the call by a kernel of their own before the
+// attention kernel, so that the attention kernel's threads load a masked
+// tile's bits (one vector load each) instead of evaluating the pattern there
+// (computed_keep_bits, tile_mask.cuh), on the path between two of their
+// products.
+//
+// The table (KeepBitsArg) holds, per head class (keep_bit_classes.hpp), per
+// masked entry of the plan (the partial ones, numbered by
+// DeviceTilePlanView::partial_slots; every entry in a dilated split's
+// permuted pass), per query tile of the entry's block row and per key tile
+// of the entry, each kernel thread's KeepBits words, thread after thread.
+// The table's kernel fills them with computed_keep_bits for the same warp
+// and lane, so a thread loads exactly the bits it would have computed.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/common/cuda_check.hpp"
+#include "cuda/common/fwd_params.hpp"
+#include "cuda/common/sequence_span.hpp"
+#include "cuda/common/tile_mask.cuh"
+#include "cuda/common/tile_walk.cuh"
+#include "spattn/error.hpp"
+
+namespace spattn::cuda_detail {
+
+// The expression masked tiles read when the mask has none (every partial
+// tile of such a plan has only full sub-blocks, so it is never evaluated).
+__device__ const PatternExpr kNoPatternExpr{};
+
+// A table of kernel Tr, whose tiles' bits are held by kThreads threads
+// (warps 0, 1, ... as the kernel passes them to tile_keep_bits).
+template <typename Tr, int kThreads>
+struct KeepBitsTable {
+  static constexpr int kWords = KeepBits<Tr>::kWords;
+  static constexpr int64_t kTileWords = int64_t{kThreads} * kWords;
+  // Tables above this size are not made (the kernel computes the bits).
+  static constexpr int64_t kMaxBytes = int64_t{128} << 20;
+
+  // The table's entries: masked ones of the plan (every entry of a permuted pass).
+  static SPATTN_HD int64_t masked_entries(const FwdParams& p) {
+    return p.exclude.kind == Exclusion::FullRuns ? p.plan.num_entries : p.plan.num_partial_entries;
+  }
+
+  // The words of p's table; 0 where it makes none.
+  static int64_t words(const FwdParams& p) {
+    if (p.keep_bits.classes <= 0 || p.plan.partial_slots == nullptr) return 0;
+    const int64_t words = p.keep_bits.classes * masked_entries(p) * (p.plan.blocks.block_q / Tr::kBlockM) *
+                          (p.plan.blocks.block_k / Tr::kBlockN) * kTileWords;
+    return words * 4 <= kMaxBytes ? words : 0;
+  }
+
+  // The first word of the tile at `walk` in query tile q_tile, for query head h.
+  static __device__ __forceinline__ int64_t tile_offset(const FwdParams& p, const TileWalk& walk, int64_t q_tile,
+                                                        int64_t h) {
+    const DeviceTilePlanView& plan = p.plan;
+    const int32_t heads_per_mask_head = static_cast<int32_t>(p.q_heads / plan.blocks.num_heads);
+    const int32_t head_class = static_cast<int32_t>(h) % heads_per_mask_head % p.keep_bits.classes;
+    const int32_t q_tiles_per_block = static_cast<int32_t>(plan.blocks.block_q / Tr::kBlockM);
+    const int64_t entry = p.exclude.kind == Exclusion::FullRuns ? walk.at : plan.partial_slots[walk.at];
+    const int64_t tile = (head_class * p.keep_bits.masked_entries + entry) * q_tiles_per_block +
+                         static_cast<int32_t>(q_tile) % q_tiles_per_block;
+    return (tile * (plan.blocks.block_k / Tr::kBlockN) + walk.sub) * kTileWords;
+  }
+};
+
+// The keep bits of a tile as a kernel thread holds them: from the call's
+// table where it has one, else computed.
+template <typename Tr, int kThreads>
+__device__ __forceinline__ KeepBits<Tr> tile_keep_bits(const FwdParams& p, const PatternExpr& expr,
+                                                       const TileWalk& tile, bool full, const SequenceSpan& seq,
+                                                       int64_t h, int64_t q0, int64_t k0, int warp, int lane) {
+  using Table = KeepBitsTable<Tr, kThreads>;
+  if (p.keep_bits.words == nullptr) return computed_keep_bits<Tr>(p, expr, tile, full, seq, h, q0, k0, warp, lane);
+  if (!tile_is_masked(p, full)) return KeepBits<Tr>::all();
+  const uint32_t* from =
+      p.keep_bits.words + Table::tile_offset(p, tile, q0 / Tr::kBlockM, h) + (warp * 32 + lane) * Table::kWords;
+  KeepBits<Tr> keep;
+  if constexpr (Table::kWords % 4 == 0) {
+#pragma unroll
+    for (int w = 0; w < Table::kWords; w += 4) {
+      const uint4 x = __ldg(reinterpret_cast<const uint4*>(from + w));
+      keep.word[w] = x.x, keep.word[w + 1] = x.y, keep.word[w + 2] = x.z, keep.word[w + 3] = x.w;
+    }
+  } else if constexpr (Table::kWords % 2 == 0) {
+#pragma unroll
+    for (int w = 0; w < Table::kWords; w += 2) {
+      const uint2 x = __ldg(reinterpret_cast<const uint2*>(from + w));
+      keep.word[w] = x.x, keep.word[w + 1] = x.y;
+    }
+  } else {
+#pragma unroll
+    for (int w = 0; w < Table::kWords; ++w) keep.word[w] = __ldg(from + w);
+  }
+  return keep;
+}
+
+// One CTA per (plan row, head class): the row's entries in chunks of
+// kThreads, each thread testing one; then, for each masked entry of the
+// chunk, every thread's bits of each of its key tiles the kernel visits.
+// (A regular batch: its sequences share the bits.)
+template <typename Tr, int kThreads>
+__global__ void __launch_bounds__(kThreads) keep_bits_table_kernel(const FwdParams p, uint32_t* table) {
+  using Table = KeepBitsTable<Tr, kThreads>;
+  __shared__ int64_t masked[kThreads];
+  __shared__ int count;
+  const DeviceTilePlanView& plan = p.plan;
+  const int64_t mask_head = blockIdx.x / plan.num_q_tiles, q_tile = blockIdx.x % plan.num_q_tiles;
+  const int64_t h = mask_head * (p.q_heads / plan.blocks.num_heads) + blockIdx.y;
+  const PatternExpr& expr = p.mask.exprs != nullptr ? *p.mask.expr_for_head(h, p.q_heads) : kNoPatternExpr;
+  const SequenceSpan seq = sequence_span(p, 0);
+  const int64_t q0 = q_tile * Tr::kBlockM, tiles_per_block = plan.blocks.block_k / Tr::kBlockN;
+  const int64_t block_row = plan.blocks.row(mask_head, q0 / plan.blocks.block_q);
+  const int64_t begin = plan.blocks.row_begin(block_row), end = plan.blocks.row_end(block_row);
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  for (int64_t chunk = begin; chunk < end; chunk += kThreads) {
+    if (threadIdx.x == 0) count = 0;
+    __syncthreads();
+    const int64_t at = chunk + threadIdx.x;
+    if (at < end && tile_is_masked(p, plan.blocks.kv_full[at] != 0)) masked[atomicAdd(&count, 1)] = at;
+    __syncthreads();
+    for (int n = 0; n < count; ++n) {
+      TileWalk walk = TileWalk::entries(masked[n], end);
+      const bool full = walk.full(plan);
+      for (; walk.sub < tiles_per_block && walk.valid(plan, tiles_per_block, Tr::kBlockN, seq.k_len); ++walk.sub) {
+        const int64_t k0 = walk.key_tile(plan, tiles_per_block) * Tr::kBlockN;
+        const KeepBits<Tr> keep = computed_keep_bits<Tr>(p, expr, walk, full, seq, h, q0, k0, warp, lane);
+        uint32_t* to = table + Table::tile_offset(p, walk, q_tile, h) + threadIdx.x * Table::kWords;
+#pragma unroll
+        for (int w = 0; w < Table::kWords; ++w) to[w] = keep.word[w];
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// Makes p's table of keep bits in `table` (KeepBitsTable::words(p) words,
+// none where that is 0) and points p at it.
+template <typename Tr, int kThreads>
+void make_keep_bits_table(FwdParams& p, uint32_t* table, cudaStream_t stream) {
+  using Table = KeepBitsTable<Tr, kThreads>;
+  if (Table::words(p) == 0) return;
+  require(p.keep_bits.classes <= 65535, "CUDA backend: ", p.keep_bits.classes,
+          " head classes of keep bits exceed the grid's 65535");
+  const int64_t rows = p.plan.blocks.num_heads * p.plan.num_q_tiles;
+  require(rows <= INT32_MAX, "CUDA backend: ", rows, " plan rows exceed the grid's 2^31 - 1");
+  p.keep_bits.masked_entries = Table::masked_entries(p);
+  keep_bits_table_kernel<Tr, kThreads><<<dim3(static_cast<unsigned>(rows), static_cast<unsigned>(p.keep_bits.classes)),
+                                         kThreads, 0, stream>>>(p, table);
+  check_launch("keep bits table kernel launch");
+  p.keep_bits.words = table;
+}
+
+}  // namespace spattn::cuda_detail

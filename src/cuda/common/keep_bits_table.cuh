@@ -55,8 +55,9 @@ struct KeepBitsTable {
   static __device__ __forceinline__ int64_t tile_offset(const FwdParams& p, const TileWalk& walk, int64_t q_tile,
                                                         int64_t h) {
     const DeviceTilePlanView& plan = p.plan;
-    const int32_t heads_per_mask_head = static_cast<int32_t>(p.q_heads / plan.blocks.num_heads);
-    const int32_t head_class = static_cast<int32_t>(h) % heads_per_mask_head % p.keep_bits.classes;
+    // The classes divide the heads per mask head (keep_bit_classes), so h's
+    // class within its mask head is h % classes.
+    const int32_t head_class = static_cast<int32_t>(h) % p.keep_bits.classes;
     const int32_t q_tiles_per_block = static_cast<int32_t>(plan.blocks.block_q / Tr::kBlockM);
     const int64_t entry = p.exclude.kind == Exclusion::FullRuns ? walk.at : plan.partial_slots[walk.at];
     const int64_t tile = (head_class * p.keep_bits.masked_entries + entry) * q_tiles_per_block +

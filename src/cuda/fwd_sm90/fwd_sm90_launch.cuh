@@ -53,12 +53,12 @@ void launch_fwd_sm90(const FwdParams& call, cudaStream_t stream) {
   using Tr = Sm90Traits<T, kHeadDim, kTileRows / 64, kTileCols>;
   using KeepBitsOfTr = KeepBitsTable<Tr, Tr::kConsumerThreads>;
   FwdParams p = call;
-  ScopedScratch keep_bits(static_cast<size_t>(KeepBitsOfTr::words(p)) * 4, stream);
-  make_keep_bits_table<Tr, Tr::kConsumerThreads>(p, static_cast<uint32_t*>(keep_bits.get()), stream);
   static_assert(Tr::kBlockM == kTileRows, "64 query rows per consumer warpgroup");
   require(p.plan.tile_rows == kTileRows && p.plan.tile_cols == kTileCols, "CUDA sm90 kernel: a plan of ",
           p.plan.tile_rows, " x ", p.plan.tile_cols, " tiles given to the kernel of ", kTileRows, " x ",
           kTileCols, " tiles");
+  ScopedScratch keep_bits(static_cast<size_t>(KeepBitsOfTr::words(p)) * 4, stream);
+  make_keep_bits_table<Tr, Tr::kConsumerThreads>(p, static_cast<uint32_t*>(keep_bits.get()), stream);
   const DType dtype = std::is_same_v<T, __nv_bfloat16> ? DType::BF16 : DType::F16;
   // A packed varlen batch is one batch of total_q (total_k) rows; its work units address their sequences' rows.
   const bool packed = p.varlen.cu_seqlens_q != nullptr;

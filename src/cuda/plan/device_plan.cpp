@@ -138,7 +138,7 @@ PartialSlots upload_partial_slots(std::vector<DevicePtr>& arrays, const std::vec
   const std::vector<int32_t> slots = partial_entry_slots(kv_full);
   p.slots = upload(arrays, slots);
   p.entries = static_cast<int64_t>(kv_full.size());
-  p.partial = p.entries - std::count(kv_full.begin(), kv_full.end(), uint8_t{1});
+  p.partial = std::count_if(slots.begin(), slots.end(), [](int32_t slot) { return slot >= 0; });
   return p;
 }
 

@@ -163,8 +163,7 @@ cuda_detail::DeviceTilePlanView call_plan(const cuda_detail::FwdParams& p, const
 
 // The fused kernel with p.plan (of `tile`, made from `mask`); split rows
 // write partial results to stream-ordered scratch (from a pool that keeps
-// its memory: no synchronisation, capturable in a graph), and so does the
-// launch its table of keep bits.
+// its memory: no synchronisation, capturable in a graph).
 void run_fused(cuda_detail::FwdParams p, const BlockMask& mask, DType dtype, bool sm90, cuda_detail::TileShape tile,
                cudaStream_t s) {
   p.keep_bits.classes = cuda_detail::keep_bit_classes(p, mask);

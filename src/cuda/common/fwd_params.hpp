@@ -77,14 +77,14 @@ struct PackedHeads {
   SPATTN_HD int mask_row(int r) const { return heads != 0 ? r / heads : r; }
 };
 
-// Keep bits of the tiles a fused kernel masks, made for the call before the
-// kernel runs (common/keep_bits_table.cuh) instead of by the kernel's
-// consumers at each such tile. The host sets `classes` (keep_bit_classes,
-// common/keep_bit_classes.hpp, dividing the heads per mask head): query
-// head h of a plan row shares its bits with the row's heads of the same
-// h % classes; 0 where no table is made. The launch then sets `words` (null: the
-// kernel computes the bits) and `masked_entries`, the entries of the plan
-// whose tiles the table holds.
+// Keep bits of the tiles a fused kernel masks, made on a kind of call's
+// first use and kept with the plan (common/keep_bits_table.cuh) instead of
+// computed by the kernel's threads at each such tile. The host sets
+// `classes` (keep_bit_classes, common/keep_bit_classes.hpp, dividing the
+// heads per mask head): query head h of a plan row shares its bits with the
+// row's heads of the same h % classes; 0 where no table is made. The
+// launch then sets `words` (null: the kernel computes the bits) and
+// `masked_entries`, the entries of the plan whose tiles the table holds.
 struct KeepBitsArg {
   int32_t classes = 0;
   const uint32_t* words = nullptr;

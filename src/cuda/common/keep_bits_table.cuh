@@ -1,6 +1,6 @@
 // cuda/common/keep_bits_table.cuh - the keep bits of the tiles a fused
-// kernel masks, made for the call by a kernel of their own before the
-// attention kernel, so that the attention kernel's threads load a masked
+// kernel masks, made by a kernel of their own on a kind of call's first use
+// and kept with the plan, so that the attention kernel's threads load a masked
 // tile's bits (one vector load each) instead of evaluating the pattern there
 // (computed_keep_bits, tile_mask.cuh), on the path between two of their
 // products.
@@ -21,6 +21,7 @@
 #include "cuda/common/sequence_span.hpp"
 #include "cuda/common/tile_mask.cuh"
 #include "cuda/common/tile_walk.cuh"
+#include "cuda/plan/device_plan.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn::cuda_detail {
@@ -136,20 +137,30 @@ __global__ void __launch_bounds__(kThreads) keep_bits_table_kernel(const FwdPara
   }
 }
 
-// Makes p's table of keep bits in `table` (KeepBitsTable::words(p) words,
-// none where that is 0) and points p at it.
+// Points p at its table of keep bits where it has one: kept with its plan
+// (PlanTables), made on the first call of its kind (an absent table in a
+// graph capture leaves the kernel computing the bits).
 template <typename Tr, int kThreads>
-void make_keep_bits_table(FwdParams& p, uint32_t* table, cudaStream_t stream) {
+void use_keep_bits_table(FwdParams& p, cudaStream_t stream) {
   using Table = KeepBitsTable<Tr, kThreads>;
-  if (Table::words(p) == 0) return;
+  const int64_t words = Table::words(p);
+  if (words == 0 || p.plan.tables == nullptr) return;
   require(p.keep_bits.classes <= 65535, "CUDA backend: ", p.keep_bits.classes,
           " head classes of keep bits exceed the grid's 65535");
   const int64_t rows = p.plan.blocks.num_heads * p.plan.num_q_tiles;
   require(rows <= INT32_MAX, "CUDA backend: ", rows, " plan rows exceed the grid's 2^31 - 1");
-  p.keep_bits.masked_entries = Table::masked_entries(p);
-  keep_bits_table_kernel<Tr, kThreads><<<dim3(static_cast<unsigned>(rows), static_cast<unsigned>(p.keep_bits.classes)),
-                                         kThreads, 0, stream>>>(p, table);
-  check_launch("keep bits table kernel launch");
+  FwdParams made = p;
+  made.keep_bits.masked_entries = Table::masked_entries(p);
+  const PlanTableKey key{Tr::kBlockM, Tr::kBlockN, kThreads, Tr::kWarpRows, p.q_heads, p.q_len, p.k_len,
+                         p.keep_bits.classes, p.exclude};
+  const uint32_t* table = p.plan.tables->find_or_make(key, words, stream, [&](uint32_t* to) {
+    keep_bits_table_kernel<Tr, kThreads>
+        <<<dim3(static_cast<unsigned>(rows), static_cast<unsigned>(made.keep_bits.classes)), kThreads, 0, stream>>>(
+            made, to);
+    check_launch("keep bits table kernel launch");
+  });
+  if (table == nullptr) return;
+  p.keep_bits.masked_entries = made.keep_bits.masked_entries;
   p.keep_bits.words = table;
 }
 

@@ -1,15 +1,14 @@
 // cuda/fwd_sm80/fwd_launch.cuh - the launch of one instantiation of the
 // portable forward kernel: raises the dynamic shared-memory limit and starts
 // one CTA per (work item, batch, head in the mask head) on the stream, in the
-// order of common/work_units.hpp, after the call's table of keep bits
-// (keep_bits_table.cuh), then the merge of split rows; the permuted
+// order of common/work_units.hpp, with the call's table of keep bits (kept
+// with the plan, keep_bits_table.cuh), then the merge of split rows; the permuted
 // pass of a dilated split runs the kernel's own instantiation for it.
 #pragma once
 
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/device_info.hpp"
 #include "cuda/common/keep_bits_table.cuh"
-#include "cuda/common/scratch_pool.hpp"
 #include "cuda/common/split_combine.hpp"
 #include "cuda/common/work_units.hpp"
 #include "cuda/fwd_sm80/fwd_kernel.cuh"
@@ -21,8 +20,7 @@ template <typename T, int kHeadDim, int kTileCols>
 void launch_fwd_sm80(const FwdParams& call, cudaStream_t stream) {
   using Tr = FwdTraits<T, kHeadDim, kTileCols>;
   FwdParams p = call;
-  ScopedScratch keep_bits(static_cast<size_t>(KeepBitsTable<Tr, Tr::kThreads>::words(p)) * 4, stream);
-  make_keep_bits_table<Tr, Tr::kThreads>(p, static_cast<uint32_t*>(keep_bits.get()), stream);
+  use_keep_bits_table<Tr, Tr::kThreads>(p, stream);
   static_assert(Tr::kBlockM == sm80_tile(kHeadDim, kTileCols == kSm80WideTile.cols).rows &&
                     Tr::kBlockN == sm80_tile(kHeadDim, kTileCols == kSm80WideTile.cols).cols,
                 "tile plan and kernel tile agree");

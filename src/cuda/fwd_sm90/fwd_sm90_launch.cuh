@@ -3,9 +3,9 @@
 // of a varlen batch) and of out where the output goes through the TMA, the
 // dynamic shared-memory limit, a persistent grid of one CTA per multiprocessor (two
 // for the 64 x 64 tile; fewer when there is less work) with its zeroed work
-// counter (or a static stride over units of equal length), after the
-// call's table of keep bits (keep_bits_table.cuh), then the merge of split
-// rows. A dilated split's permuted pass runs a kernel of its own
+// counter (or a static stride over units of equal length), with the
+// call's table of keep bits (kept with the plan, keep_bits_table.cuh), then
+// the merge of split rows. A dilated split's permuted pass runs a kernel of its own
 // (Sm90Traits::kMergeIntoOut).
 #pragma once
 
@@ -51,14 +51,12 @@ void launch_grid(const FwdParams& p, const Sm90TensorMaps& maps, cudaStream_t st
 template <typename T, int kHeadDim, int kTileRows, int kTileCols>
 void launch_fwd_sm90(const FwdParams& call, cudaStream_t stream) {
   using Tr = Sm90Traits<T, kHeadDim, kTileRows / 64, kTileCols>;
-  using KeepBitsOfTr = KeepBitsTable<Tr, Tr::kConsumerThreads>;
   FwdParams p = call;
   static_assert(Tr::kBlockM == kTileRows, "64 query rows per consumer warpgroup");
   require(p.plan.tile_rows == kTileRows && p.plan.tile_cols == kTileCols, "CUDA sm90 kernel: a plan of ",
           p.plan.tile_rows, " x ", p.plan.tile_cols, " tiles given to the kernel of ", kTileRows, " x ",
           kTileCols, " tiles");
-  ScopedScratch keep_bits(static_cast<size_t>(KeepBitsOfTr::words(p)) * 4, stream);
-  make_keep_bits_table<Tr, Tr::kConsumerThreads>(p, static_cast<uint32_t*>(keep_bits.get()), stream);
+  use_keep_bits_table<Tr, Tr::kConsumerThreads>(p, stream);
   const DType dtype = std::is_same_v<T, __nv_bfloat16> ? DType::BF16 : DType::F16;
   // A packed varlen batch is one batch of total_q (total_k) rows; its work units address their sequences' rows.
   const bool packed = p.varlen.cu_seqlens_q != nullptr;

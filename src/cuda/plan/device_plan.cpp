@@ -39,6 +39,7 @@ struct TilePlanEntry {
   PlanSplit split;
   std::vector<DevicePtr> arrays;
   DeviceTilePlanView view;
+  std::unique_ptr<PlanTables> tables = std::make_unique<PlanTables>();
 };
 
 // The places of walked entries among the partial ones (partial_entry_slots) on the device.
@@ -273,6 +274,7 @@ DeviceTilePlanView make_device_tile_plan(const BlockMask& mask, PerDevice& d, Ti
   view.num_k_tiles = ceil_div(mask.k_len(), tile.cols);
   view.tile_rows = tile.rows;
   view.tile_cols = tile.cols;
+  view.tables = e->tables.get();
   check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize after the tile plan upload");
   d.tile_plans.push_back(std::move(e));
   return d.tile_plans.back()->view;
@@ -291,6 +293,30 @@ DeviceTilePlanView plan_or_plain(const BlockMask& mask, TileShape tile, const Pl
 }
 
 }  // namespace
+
+bool PlanTableKey::operator==(const PlanTableKey& o) const {
+  const DilatedExclusion &a = exclude, &b = o.exclude;
+  return tile_rows == o.tile_rows && tile_cols == o.tile_cols && threads == o.threads &&
+         warp_rows == o.warp_rows && q_heads == o.q_heads && q_len == o.q_len && k_len == o.k_len &&
+         classes == o.classes && a.kind == b.kind && a.causal == b.causal && a.segment == b.segment &&
+         a.rate == b.rate && a.p_lo == b.p_lo && a.p_hi == b.p_hi && a.group == b.group &&
+         a.first_position == b.first_position && a.shift == b.shift && a.block_q == b.block_q &&
+         a.num_q_blocks == b.num_q_blocks && a.term == b.term && a.runs == b.runs &&
+         a.runs_per_head == b.runs_per_head;
+}
+
+const uint32_t* PlanTables::find_or_make(const PlanTableKey& key, int64_t words, cudaStream_t stream,
+                                         const std::function<void(uint32_t*)>& make) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& [made_for, table] : tables_)
+    if (made_for == key) return static_cast<const uint32_t*>(table.get());
+  if (capturing(stream)) return nullptr;
+  std::shared_ptr<void> table(device_alloc(static_cast<size_t>(words) * 4, "cudaMalloc of a plan table"));
+  make(static_cast<uint32_t*>(table.get()));
+  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize after making a plan table");
+  tables_.emplace_back(key, table);
+  return static_cast<const uint32_t*>(table.get());
+}
 
 DeviceTilePlanView device_tile_plan(const BlockMask& mask, TileShape tile, cudaStream_t stream) {
   return plan_or_plain(mask, tile, PlanSplit{}, stream);

@@ -16,9 +16,14 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
+#include <utility>
 #include <vector>
 
+#include "cuda/common/fwd_params.hpp"
 #include "cuda/plan/device_exprs.hpp"
 #include "cuda/plan/device_plan_view.hpp"
 #include "cuda/plan/dilated_split.hpp"
@@ -63,6 +68,33 @@ std::shared_ptr<const DilatedSplit> dilated_split(const BlockMask& mask, TileSha
 
 // tile_plan_key_tiles(mask, tile), counted on first use and kept with the mask.
 int64_t plan_key_tiles(const BlockMask& mask, TileShape tile);
+
+// What a table kept with a plan (PlanTables) was made for beside the plan:
+// the kernel tile it serves (its rows and keys, the threads holding a tile
+// and the rows of each warp) and the call's fields it reads.
+struct PlanTableKey {
+  int64_t tile_rows = 0, tile_cols = 0, threads = 0, warp_rows = 0;
+  int64_t q_heads = 0, q_len = 0, k_len = 0;
+  int32_t classes = 0;
+  DilatedExclusion exclude;
+  bool operator==(const PlanTableKey& o) const;
+};
+
+// Device tables made from a plan for a kind of call (the keep bits of
+// common/keep_bits_table.cuh), kept as long as the plan.
+class PlanTables {
+ public:
+  // The table of `words` 32-bit words under `key`, made on first use by
+  // `make` (which queues its work on `stream`; waited for here, so that
+  // calls on any stream may read it); null where it does not exist yet and
+  // `stream` captures a graph.
+  const uint32_t* find_or_make(const PlanTableKey& key, int64_t words, cudaStream_t stream,
+                               const std::function<void(uint32_t*)>& make);
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::pair<PlanTableKey, std::shared_ptr<void>>> tables_;
+};
 
 // A table belonging to `mask`'s plan (`host` must live as long as the mask,
 // e.g. inside its dilated split) on the current device, copied once.

@@ -15,6 +15,8 @@
 
 namespace spattn::cuda_detail {
 
+class PlanTables;  // device_plan.hpp
+
 struct DeviceMaskView {
   BlockMaskView blocks;               // device pointers
   const PatternExpr* exprs = nullptr;  // num_exprs entries; null when no block is partial
@@ -52,6 +54,9 @@ struct DeviceTilePlanView {
   int64_t num_k_tiles = 0;
   int64_t tile_rows = 0;  // query rows per kernel tile the plan was made for
   int64_t tile_cols = 0;  // keys per kernel tile the plan was made for
+  // Host only (no kernel reads it): the tables kept with the plan; null for
+  // plans made per call (dynamic attention).
+  PlanTables* tables = nullptr;
 };
 
 }  // namespace spattn::cuda_detail

@@ -4,9 +4,11 @@
 // Tensors hold device pointers (fp16 or bf16 inputs; out in the input type or
 // fp32; head dims 32, 64, 96, 128, 256; unit stride along D, other strides and
 // base pointers 16-byte aligned). Work is queued on `stream` (a cudaStream_t;
-// null = the default stream) and nothing waits for it. The mask's device copy
-// is made on first use and cached with the mask; call cuda_prepare_mask first
-// when the attention call will be captured in a CUDA graph.
+// null = the default stream) and nothing waits for it, but for a mask's first
+// uses: its device copy is made on first use and cached with the mask (call
+// cuda_prepare_mask first when the attention call will be captured in a CUDA
+// graph), and so is its table of masked tiles' keep bits for each kind of
+// call (below).
 #pragma once
 
 #include <memory>
@@ -50,7 +52,12 @@ bool cuda_sm90_kernel_available();
 // rows whole; the first such call of its batch and heads makes it, and a
 // graph captured before that runs the plain plan, with the same results up
 // to rounding (docs/cuda.md, "Few rows over many keys" and "Work items and
-// order").
+// order"). Likewise the first call of a kind (query heads, lengths, kernel
+// tile) outside a capture allocates the table of the keep bits of the tiles
+// its kernel masks and waits for it to be made (up to 128 MiB, kept with the
+// mask); a graph captured before that computes those bits instead, with the
+// same results (docs/cuda.md, "Keep bits from a table"). Make such first calls
+// while no other thread captures a graph in cudaStreamCaptureModeGlobal.
 void cuda_prepare_mask(const BlockMask& mask);
 
 // Builds the plan of `pattern` for `shape` on the current device: the same

@@ -20,6 +20,7 @@
 #include "cuda/common/work_units.hpp"
 #include "cuda/fwd_sm90/fwd_sm90.hpp"
 #include "cuda/kernel_choice.hpp"
+#include "cuda/plan/device_plan.hpp"
 #include "cuda/plan/dilated_split.hpp"
 #include "cuda/plan/tile_plan.hpp"
 #include "spattn/pattern.hpp"
@@ -1079,8 +1080,11 @@ TEST(CudaBackend, AttentionCallCapturedInAGraph) {
   expect_graph_replay_matches(Pattern::longformer(64, {0}), {2200, 2200, 1, 1});
   // A dilated split without a caller's LSE: two passes, the second merging
   // into out and the LSE in scratch.
-  expect_graph_replay_matches(Pattern::unite(Pattern::dilated({256}, {4}, true), Pattern::sliding_window(64)),
-                              {1000, 1000, 4, 4});
+  // The same after an eager call: the capture reads the table of keep bits
+  // that call kept with the plan (without one, it computes them).
+  for (bool eager_first : {false, true})
+    expect_graph_replay_matches(Pattern::unite(Pattern::dilated({256}, {4}, true), Pattern::sliding_window(64)),
+                                {1000, 1000, 4, 4, eager_first});
   // A decoding step, its query heads packed (four to a kv head) and its rows
   // split to fill the device: captured with the plain plan, and with the
   // plan of split rows that a call before the capture made.
@@ -1094,6 +1098,116 @@ TEST(CudaBackend, AttentionCallCapturedInAGraph) {
                 .rows,
             192);
   expect_graph_replay_matches(Pattern::dense(), {1152, 1152, 2, 2});
+}
+
+// A stream of the test's own, destroyed with it.
+struct TestStream {
+  cudaStream_t stream = nullptr;
+  TestStream() { cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate"); }
+  ~TestStream() { cudaStreamDestroy(stream); }
+};
+
+// The 32-bit words of a device table.
+std::vector<uint32_t> device_words(const uint32_t* table, size_t count) {
+  std::vector<uint32_t> words(count);
+  cuda_ok(cudaMemcpy(words.data(), table, count * sizeof(uint32_t), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+  return words;
+}
+
+// A mask's tables: made once per kind of call by `make` (its work queued on
+// the stream and waited for), found by later calls of that kind, made again
+// for another kind; a graph capture finds the ones made and makes none.
+TEST(CudaPlanTables, MadeOncePerKindOfCallAndNotInACapture) {
+  SPATTN_REQUIRE_GPU();
+  TestStream s;
+  cuda_detail::PlanTables tables;
+  int made = 0;
+  const auto fill = [&](int byte) {
+    return [&made, byte, &s](uint32_t* to) {
+      ++made;
+      cuda_ok(cudaMemsetAsync(to, byte, 4 * sizeof(uint32_t), s.stream), "cudaMemsetAsync");
+    };
+  };
+  cuda_detail::PlanTableKey key;
+  key.tile_rows = key.tile_cols = 128;
+  key.threads = 256;
+  key.warp_rows = 16;
+  key.q_heads = 16;
+  key.q_len = key.k_len = 4096;
+  key.classes = 1;
+  const uint32_t* first = tables.find_or_make(key, 4, s.stream, fill(1));
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(made, 1);
+  EXPECT_EQ(device_words(first, 4), std::vector<uint32_t>(4, 0x01010101u));
+  EXPECT_EQ(tables.find_or_make(key, 4, s.stream, fill(2)), first);
+  EXPECT_EQ(made, 1);
+  cuda_detail::PlanTableKey more_heads = key;
+  more_heads.q_heads = 32;
+  const uint32_t* second = tables.find_or_make(more_heads, 4, s.stream, fill(2));
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(made, 2);
+  EXPECT_EQ(device_words(second, 4), std::vector<uint32_t>(4, 0x02020202u));
+  EXPECT_EQ(device_words(first, 4), std::vector<uint32_t>(4, 0x01010101u));
+  EXPECT_EQ(tables.size(), 2);
+
+  cuda_ok(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+  EXPECT_EQ(tables.find_or_make(more_heads, 4, s.stream, fill(3)), second);
+  cuda_detail::PlanTableKey permuted_pass = key;
+  permuted_pass.exclude.kind = cuda_detail::Exclusion::FullRuns;
+  permuted_pass.exclude.rate = 4;
+  EXPECT_EQ(tables.find_or_make(permuted_pass, 4, s.stream, fill(3)), nullptr);
+  cudaGraph_t graph = nullptr;
+  cuda_ok(cudaStreamEndCapture(s.stream, &graph), "cudaStreamEndCapture");
+  if (graph) cudaGraphDestroy(graph);
+  EXPECT_EQ(made, 2);
+  EXPECT_EQ(tables.size(), 2);
+}
+
+// Through the attention call: a mask whose tiles are masked gets its table
+// of keep bits on its first call, reuses it on the next call of that kind,
+// makes another for more query heads, and a captured call of a third kind
+// computes its bits (no table made); every result matches the reference.
+TEST(CudaBackend, KeepBitsTableMadeOncePerKindOfCall) {
+  SPATTN_REQUIRE_GPU();
+  const BlockMask mask = BlockMask::build(Pattern::sliding_window(100), MaskShape{1000, 1000, 64, 64, 2});
+  const auto expect_matches = [&](int64_t q_heads, bool captured) {
+    HostTensor q(DType::BF16, 1, q_heads, 1000, 64), k(DType::BF16, 1, 2, 1000, 64), v(DType::BF16, 1, 2, 1000, 64);
+    std::mt19937_64 rng(static_cast<uint64_t>(q_heads));
+    q.fill_random(rng);
+    k.fill_random(rng);
+    v.fill_random(rng);
+    HostTensor got(DType::BF16, 1, q_heads, 1000, 64), ref(DType::F64, 1, q_heads, 1000, 64);
+    DeviceTensor dq(q), dk(k), dv(v), dout(got);
+    dout.poison();
+    TestStream s;
+    if (captured) {
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      cuda_ok(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+      cuda_attention(dq.view(), dk.view(), dv.view(), dout.view(), mask, 0.125, nullptr, s.stream);
+      cuda_ok(cudaStreamEndCapture(s.stream, &graph), "cudaStreamEndCapture");
+      cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+      cuda_ok(cudaGraphLaunch(exec, s.stream), "cudaGraphLaunch");
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+    } else {
+      cuda_attention(dq.view(), dk.view(), dv.view(), dout.view(), mask, 0.125, nullptr, s.stream);
+    }
+    cuda_ok(cudaStreamSynchronize(s.stream), "attention call");
+    dout.copy_to(got);
+    reference_attention(q.view, k.view, v.view, ref.view, mask, 0.125, nullptr);
+    EXPECT_LT(relative_error(got.to_double(), ref.to_double()), out_tolerance(DType::BF16)) << q_heads << " heads";
+  };
+  cuda_prepare_mask(mask);
+  EXPECT_EQ(cuda_detail::plan_tables_made(mask), 0);
+  expect_matches(2, false);
+  EXPECT_EQ(cuda_detail::plan_tables_made(mask), 1);
+  expect_matches(2, false);
+  EXPECT_EQ(cuda_detail::plan_tables_made(mask), 1);
+  expect_matches(4, false);
+  EXPECT_EQ(cuda_detail::plan_tables_made(mask), 2);
+  expect_matches(6, true);
+  EXPECT_EQ(cuda_detail::plan_tables_made(mask), 2);
 }
 
 TEST(CudaBackend, CaptureWithoutAPreparedMaskIsRefused) {

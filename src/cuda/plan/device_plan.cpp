@@ -39,7 +39,6 @@ struct TilePlanEntry {
   PlanSplit split;
   std::vector<DevicePtr> arrays;
   DeviceTilePlanView view;
-  std::unique_ptr<PlanTables> tables = std::make_unique<PlanTables>();
 };
 
 // The places of walked entries among the partial ones (partial_entry_slots) on the device.
@@ -68,6 +67,7 @@ struct PerDevice {
   std::shared_ptr<const DeviceExprs> exprs;
   std::shared_ptr<const void> adopted;  // arrays built on the device (adopt_device_mask)
   std::optional<PartialSlots> partial;  // of the mask's own entries, made with its first plan that walks them
+  PlanTables plan_tables;               // made by calls (DeviceTilePlanView::tables)
 };
 
 struct MaskCache {
@@ -274,7 +274,7 @@ DeviceTilePlanView make_device_tile_plan(const BlockMask& mask, PerDevice& d, Ti
   view.num_k_tiles = ceil_div(mask.k_len(), tile.cols);
   view.tile_rows = tile.rows;
   view.tile_cols = tile.cols;
-  view.tables = e->tables.get();
+  view.tables = &d.plan_tables;
   check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize after the tile plan upload");
   d.tile_plans.push_back(std::move(e));
   return d.tile_plans.back()->view;
@@ -316,6 +316,20 @@ const uint32_t* PlanTables::find_or_make(const PlanTableKey& key, int64_t words,
   check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize after making a plan table");
   tables_.emplace_back(key, table);
   return static_cast<const uint32_t*>(table.get());
+}
+
+int64_t PlanTables::size() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<int64_t>(tables_.size());
+}
+
+int64_t plan_tables_made(const BlockMask& mask) {
+  std::lock_guard<std::mutex> lock(cache_mutex());
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  for (auto& d : mask_cache(mask).devices)
+    if (d->device == device) return d->plan_tables.size();
+  return 0;
 }
 
 DeviceTilePlanView device_tile_plan(const BlockMask& mask, TileShape tile, cudaStream_t stream) {

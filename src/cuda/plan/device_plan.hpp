@@ -69,9 +69,11 @@ std::shared_ptr<const DilatedSplit> dilated_split(const BlockMask& mask, TileSha
 // tile_plan_key_tiles(mask, tile), counted on first use and kept with the mask.
 int64_t plan_key_tiles(const BlockMask& mask, TileShape tile);
 
-// What a table kept with a plan (PlanTables) was made for beside the plan:
-// the kernel tile it serves (its rows and keys, the threads holding a tile
-// and the rows of each warp) and the call's fields it reads.
+// What a table kept with a mask's plans (PlanTables) was made for beside
+// the mask: the kernel tile it serves (its rows and keys, the threads
+// holding a tile and the rows of each warp) and the call's fields it reads.
+// The plans of one tile (whatever their rows' splits) share their entries,
+// so they share the table.
 struct PlanTableKey {
   int64_t tile_rows = 0, tile_cols = 0, threads = 0, warp_rows = 0;
   int64_t q_heads = 0, q_len = 0, k_len = 0;
@@ -80,8 +82,9 @@ struct PlanTableKey {
   bool operator==(const PlanTableKey& o) const;
 };
 
-// Device tables made from a plan for a kind of call (the keep bits of
-// common/keep_bits_table.cuh), kept as long as the plan.
+// Device tables made from a mask's plans for a kind of call (the keep bits
+// of common/keep_bits_table.cuh), one set per device, kept as long as the
+// mask's device copy.
 class PlanTables {
  public:
   // The table of `words` 32-bit words under `key`, made on first use by
@@ -90,11 +93,17 @@ class PlanTables {
   // `stream` captures a graph.
   const uint32_t* find_or_make(const PlanTableKey& key, int64_t words, cudaStream_t stream,
                                const std::function<void(uint32_t*)>& make);
+  // The tables made so far.
+  int64_t size();
 
  private:
   std::mutex mutex_;
   std::vector<std::pair<PlanTableKey, std::shared_ptr<void>>> tables_;
 };
+
+// The tables kept with `mask`'s plans on the current device (0 before its
+// first call there).
+int64_t plan_tables_made(const BlockMask& mask);
 
 // A table belonging to `mask`'s plan (`host` must live as long as the mask,
 // e.g. inside its dilated split) on the current device, copied once.

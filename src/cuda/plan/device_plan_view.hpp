@@ -54,7 +54,7 @@ struct DeviceTilePlanView {
   int64_t num_k_tiles = 0;
   int64_t tile_rows = 0;  // query rows per kernel tile the plan was made for
   int64_t tile_cols = 0;  // keys per kernel tile the plan was made for
-  // Host only (no kernel reads it): the tables kept with the plan; null for
+  // Host only (no kernel reads it): the tables kept with the plan's mask; null for
   // plans made per call (dynamic attention).
   PlanTables* tables = nullptr;
 };

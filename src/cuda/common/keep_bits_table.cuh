@@ -143,6 +143,8 @@ __global__ void __launch_bounds__(kThreads) keep_bits_table_kernel(const FwdPara
 template <typename Tr, int kThreads>
 void use_keep_bits_table(FwdParams& p, cudaStream_t stream) {
   using Table = KeepBitsTable<Tr, kThreads>;
+  static_assert(Tr::kMAtoms * 16 == Tr::kWarpRows && Tr::kNAtoms * 8 == Tr::kBlockN,
+                "a table's key (tile, threads, warp rows) fixes the layout of its threads' words");
   const int64_t words = Table::words(p);
   if (words == 0 || p.plan.tables == nullptr) return;
   require(p.keep_bits.classes <= 65535, "CUDA backend: ", p.keep_bits.classes,

@@ -78,7 +78,7 @@ struct PackedHeads {
 };
 
 // Keep bits of the tiles a fused kernel masks, made on a kind of call's
-// first use and kept with the plan (common/keep_bits_table.cuh) instead of
+// first use and kept with the mask (common/keep_bits_table.cuh) instead of
 // computed by the kernel's threads at each such tile. The host sets
 // `classes` (keep_bit_classes, common/keep_bit_classes.hpp, dividing the
 // heads per mask head): query head h of a plan row shares its bits with the

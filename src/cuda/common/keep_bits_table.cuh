@@ -1,6 +1,6 @@
 // cuda/common/keep_bits_table.cuh - the keep bits of the tiles a fused
 // kernel masks, made by a kernel of their own on a kind of call's first use
-// and kept with the plan, so that the attention kernel's threads load a masked
+// and kept with the mask, so that the attention kernel's threads load a masked
 // tile's bits (one vector load each) instead of evaluating the pattern there
 // (computed_keep_bits, tile_mask.cuh), on the path between two of their
 // products.
@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(kThreads) keep_bits_table_kernel(const FwdPara
   }
 }
 
-// Points p at its table of keep bits where it has one: kept with its plan
+// Points p at its table of keep bits where it has one: kept with its mask
 // (PlanTables), made on the first call of its kind (an absent table in a
 // graph capture leaves the kernel computing the bits).
 template <typename Tr, int kThreads>

@@ -2,7 +2,7 @@
 // portable forward kernel: raises the dynamic shared-memory limit and starts
 // one CTA per (work item, batch, head in the mask head) on the stream, in the
 // order of common/work_units.hpp, with the call's table of keep bits (kept
-// with the plan, keep_bits_table.cuh), then the merge of split rows; the permuted
+// with the mask, keep_bits_table.cuh), then the merge of split rows; the permuted
 // pass of a dilated split runs the kernel's own instantiation for it.
 #pragma once
 

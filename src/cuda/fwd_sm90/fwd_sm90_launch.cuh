@@ -4,7 +4,7 @@
 // dynamic shared-memory limit, a persistent grid of one CTA per multiprocessor (two
 // for the 64 x 64 tile; fewer when there is less work) with its zeroed work
 // counter (or a static stride over units of equal length), with the
-// call's table of keep bits (kept with the plan, keep_bits_table.cuh), then
+// call's table of keep bits (kept with the mask, keep_bits_table.cuh), then
 // the merge of split rows. A dilated split's permuted pass runs a kernel of its own
 // (Sm90Traits::kMergeIntoOut).
 #pragma once

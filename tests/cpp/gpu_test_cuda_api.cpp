@@ -1054,23 +1054,14 @@ void expect_graph_replay_matches(const Pattern& pattern, const CaptureShape& c) 
   DeviceTensor dq(q), dk(k), dv(v), dout(got);
   cuda_prepare_mask(mask);
   if (c.eager_first) cuda_attention(dq.view(), dk.view(), dv.view(), dout.view(), mask, 0.125);
-  cudaStream_t stream = nullptr;
-  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
-  cuda_attention(dq.view(), dk.view(), dv.view(), dout.view(), mask, 0.125, nullptr, stream);
-  cuda_ok(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
-  cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-  dout.poison();
-  cuda_ok(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
-  cuda_ok(cudaStreamSynchronize(stream), "graph replay");
+  replay_captured(
+      [&](cudaStream_t stream) {
+        cuda_attention(dq.view(), dk.view(), dv.view(), dout.view(), mask, 0.125, nullptr, stream);
+      },
+      [&] { dout.poison(); });
   dout.copy_to(got);
   reference_attention(q.view, k.view, v.view, ref.view, mask, 0.125, nullptr);
   EXPECT_LT(relative_error(got.to_double(), ref.to_double()), out_tolerance(DType::BF16));
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
 }
 
 TEST(CudaBackend, AttentionCallCapturedInAGraph) {
@@ -1099,13 +1090,6 @@ TEST(CudaBackend, AttentionCallCapturedInAGraph) {
             192);
   expect_graph_replay_matches(Pattern::dense(), {1152, 1152, 2, 2});
 }
-
-// A stream of the test's own, destroyed with it.
-struct TestStream {
-  cudaStream_t stream = nullptr;
-  TestStream() { cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate"); }
-  ~TestStream() { cudaStreamDestroy(stream); }
-};
 
 // The 32-bit words of a device table.
 std::vector<uint32_t> device_words(const uint32_t* table, size_t count) {
@@ -1178,22 +1162,17 @@ TEST(CudaBackend, KeepBitsTableMadeOncePerKindOfCall) {
     v.fill_random(rng);
     HostTensor got(DType::BF16, 1, q_heads, 1000, 64), ref(DType::F64, 1, q_heads, 1000, 64);
     DeviceTensor dq(q), dk(k), dv(v), dout(got);
-    dout.poison();
-    TestStream s;
+    const auto call = [&](cudaStream_t stream) {
+      cuda_attention(dq.view(), dk.view(), dv.view(), dout.view(), mask, 0.125, nullptr, stream);
+    };
     if (captured) {
-      cudaGraph_t graph = nullptr;
-      cudaGraphExec_t exec = nullptr;
-      cuda_ok(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
-      cuda_attention(dq.view(), dk.view(), dv.view(), dout.view(), mask, 0.125, nullptr, s.stream);
-      cuda_ok(cudaStreamEndCapture(s.stream, &graph), "cudaStreamEndCapture");
-      cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-      cuda_ok(cudaGraphLaunch(exec, s.stream), "cudaGraphLaunch");
-      cudaGraphExecDestroy(exec);
-      cudaGraphDestroy(graph);
+      replay_captured(call, [&] { dout.poison(); });
     } else {
-      cuda_attention(dq.view(), dk.view(), dv.view(), dout.view(), mask, 0.125, nullptr, s.stream);
+      TestStream s;
+      dout.poison();
+      call(s.stream);
+      cuda_ok(cudaStreamSynchronize(s.stream), "attention call");
     }
-    cuda_ok(cudaStreamSynchronize(s.stream), "attention call");
     dout.copy_to(got);
     reference_attention(q.view, k.view, v.view, ref.view, mask, 0.125, nullptr);
     EXPECT_LT(relative_error(got.to_double(), ref.to_double()), out_tolerance(DType::BF16)) << q_heads << " heads";
@@ -1214,17 +1193,15 @@ TEST(CudaBackend, CaptureWithoutAPreparedMaskIsRefused) {
   SPATTN_REQUIRE_GPU();
   SmallProblem p;
   DeviceTensor dq(p.q), dk(p.k), dv(p.v), dout(p.out);
-  cudaStream_t stream = nullptr;
-  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  TestStream s;
+  cuda_ok(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
   expect_error_mentions(
-      [&] { cuda_attention(dq.view(), dk.view(), dv.view(), dout.view(), p.mask, 0.125, nullptr, stream); },
+      [&] { cuda_attention(dq.view(), dk.view(), dv.view(), dout.view(), p.mask, 0.125, nullptr, s.stream); },
       "cuda_prepare_mask");
   cudaGraph_t graph = nullptr;
-  cudaStreamEndCapture(stream, &graph);
+  cudaStreamEndCapture(s.stream, &graph);
   if (graph) cudaGraphDestroy(graph);
   cudaGetLastError();
-  cudaStreamDestroy(stream);
 }
 
 // A tile as "rows x cols", as the tile-choice tests expect it.

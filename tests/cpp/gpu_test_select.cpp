@@ -391,27 +391,17 @@ TEST(GpuSelect, GraphCaptureGivesTheSameMask) {
   cuda_ok(cudaDeviceSynchronize(), "selection kernels");
   const BlockMask eager = selector.download(0);
 
-  cudaStream_t stream = nullptr;
-  cuda_ok(cudaStreamCreate(&stream), "cudaStreamCreate");
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
-  selector.run(dq.view(), dk.view(), stream);
-  cuda_ok(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
-  cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-  cuda_ok(cudaMemset(const_cast<int64_t*>(selector.view(0).row_offsets), 0xff, sizeof(int64_t)),
-          "cudaMemset");  // the replay must rewrite the offsets
-  cuda_ok(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
-  cuda_ok(cudaStreamSynchronize(stream), "graph replay");
+  replay_captured([&](cudaStream_t stream) { selector.run(dq.view(), dk.view(), stream); },
+                  [&] {  // the replay must rewrite the offsets
+                    cuda_ok(cudaMemset(const_cast<int64_t*>(selector.view(0).row_offsets), 0xff, sizeof(int64_t)),
+                            "cudaMemset");
+                  });
   const BlockMask replayed = selector.download(0);
   EXPECT_EQ(replayed.row_offsets(), eager.row_offsets());
   EXPECT_EQ(replayed.kv_indices(), eager.kv_indices());
   EXPECT_EQ(replayed.kv_full(), eager.kv_full());
   for (int64_t r = 0; r < eager.num_heads() * eager.num_q_blocks(); ++r)
     EXPECT_LE(eager.row_offsets()[r + 1] - eager.row_offsets()[r], 8);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
 }
 
 TEST(GpuSelect, SelectedMaskRunsThroughTheFusedKernel) {
@@ -535,22 +525,11 @@ TEST(GpuSelect, DynamicAttentionReplaysFromACudaGraph) {
   cuda_ok(cudaDeviceSynchronize(), "dynamic attention");
   dout.copy_to(eager);
 
-  cudaStream_t stream = nullptr;
-  cuda_ok(cudaStreamCreate(&stream), "cudaStreamCreate");
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
-  dynamic.run(dq.view(), dk.view(), dv.view(), dout.view(), nullptr, stream);
-  cuda_ok(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
-  cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-  dout.poison();
-  cuda_ok(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
-  cuda_ok(cudaStreamSynchronize(stream), "graph replay");
+  replay_captured(
+      [&](cudaStream_t stream) { dynamic.run(dq.view(), dk.view(), dv.view(), dout.view(), nullptr, stream); },
+      [&] { dout.poison(); });
   dout.copy_to(replayed);
   EXPECT_EQ(replayed.bytes, eager.bytes);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
 }
 
 TEST(GpuSelect, RejectsWhatItCannotRun) {

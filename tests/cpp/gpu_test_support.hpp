@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -35,6 +36,37 @@ namespace spattn::testing {
 
 inline void cuda_ok(cudaError_t status, const char* what) {
   if (status != cudaSuccess) throw Error(std::string(what) + ": " + cudaGetErrorString(status));
+}
+
+// A stream of the test's own, destroyed with it.
+struct TestStream {
+  cudaStream_t stream = nullptr;
+  TestStream() { cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate"); }
+  ~TestStream() { cudaStreamDestroy(stream); }
+  TestStream(const TestStream&) = delete;
+  TestStream& operator=(const TestStream&) = delete;
+};
+
+// Captures `call` (work queued on the stream it is given) in a graph on a
+// stream of its own, runs `before_replay` (poisoning what the replay must
+// write), replays the graph and waits for it.
+inline void replay_captured(const std::function<void(cudaStream_t)>& call,
+                            const std::function<void()>& before_replay) {
+  TestStream s;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  cuda_ok(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+  call(s.stream);
+  cuda_ok(cudaStreamEndCapture(s.stream, &graph), "cudaStreamEndCapture");
+  const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  cuda_ok(instantiated, "cudaGraphInstantiate");
+  before_replay();
+  const cudaError_t launched = cudaGraphLaunch(exec, s.stream);
+  const cudaError_t finished = cudaStreamSynchronize(s.stream);
+  cudaGraphExecDestroy(exec);
+  cuda_ok(launched, "cudaGraphLaunch");
+  cuda_ok(finished, "graph replay");
 }
 
 // Forces a fused kernel for the scope of the object, then restores the previous choice.

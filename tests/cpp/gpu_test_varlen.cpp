@@ -81,21 +81,10 @@ void expect_varlen_matches_reference(const VarlenCase& c, uint64_t seed, bool in
   };
   if (in_graph) {
     cuda_prepare_mask(mask);
-    cudaStream_t stream = nullptr;
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-    cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
-    call(stream);
-    cuda_ok(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
-    cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-    dout.poison();
-    dlse.poison();
-    cuda_ok(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
-    cuda_ok(cudaStreamSynchronize(stream), "graph replay");
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    cudaStreamDestroy(stream);
+    replay_captured(call, [&] {
+      dout.poison();
+      dlse.poison();
+    });
   } else {
     dout.poison();
     dlse.poison();

@@ -151,19 +151,14 @@ void use_keep_bits_table(FwdParams& p, cudaStream_t stream) {
           " head classes of keep bits exceed the grid's 65535");
   const int64_t rows = p.plan.blocks.num_heads * p.plan.num_q_tiles;
   require(rows <= INT32_MAX, "CUDA backend: ", rows, " plan rows exceed the grid's 2^31 - 1");
-  FwdParams made = p;
-  made.keep_bits.masked_entries = Table::masked_entries(p);
+  p.keep_bits.masked_entries = Table::masked_entries(p);
   const PlanTableKey key{Tr::kBlockM, Tr::kBlockN, kThreads, Tr::kWarpRows, p.q_heads, p.q_len, p.k_len,
                          p.keep_bits.classes, p.exclude};
-  const uint32_t* table = p.plan.tables->find_or_make(key, words, stream, [&](uint32_t* to) {
-    keep_bits_table_kernel<Tr, kThreads>
-        <<<dim3(static_cast<unsigned>(rows), static_cast<unsigned>(made.keep_bits.classes)), kThreads, 0, stream>>>(
-            made, to);
+  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(p.keep_bits.classes));
+  p.keep_bits.words = p.plan.tables->find_or_make(key, words, stream, [&](uint32_t* to) {
+    keep_bits_table_kernel<Tr, kThreads><<<grid, kThreads, 0, stream>>>(p, to);
     check_launch("keep bits table kernel launch");
   });
-  if (table == nullptr) return;
-  p.keep_bits.masked_entries = made.keep_bits.masked_entries;
-  p.keep_bits.words = table;
 }
 
 }  // namespace spattn::cuda_detail

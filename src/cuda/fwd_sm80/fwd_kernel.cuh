@@ -45,10 +45,10 @@
 
 #include "cuda/common/dependent_launch.cuh"
 #include "cuda/common/fwd_params.hpp"
+#include "cuda/common/keep_bits_table.cuh"
 #include "cuda/common/online_softmax.cuh"
 #include "cuda/common/ptx_sm80.cuh"
 #include "cuda/common/sequence_span.hpp"
-#include "cuda/common/keep_bits_table.cuh"
 #include "cuda/common/tile_mask.cuh"
 #include "cuda/common/tile_walk.cuh"
 #include "cuda/common/work_units.hpp"

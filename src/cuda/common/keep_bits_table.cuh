@@ -52,32 +52,65 @@ struct KeepBitsTable {
     return words * 4 <= kMaxBytes ? words : 0;
   }
 
-  // The first word of the tile at `walk` in query tile q_tile, for query head h.
-  static __device__ __forceinline__ int64_t tile_offset(const FwdParams& p, const TileWalk& walk, int64_t q_tile,
-                                                        int64_t h) {
-    const DeviceTilePlanView& plan = p.plan;
+  static_assert(kMaxBytes / 4 <= INT32_MAX, "a table's offsets fit 32 bits");
+};
+
+// Where one work unit's tiles lie in the table, for one thread: the words of
+// the tile at entry e (its place among the masked entries) and key sub-tile
+// s start at first + e * entry_words(p) + s * kTileWords. `first` is made
+// once per unit (query head h, query tile q_tile), so that a tile's address
+// costs two multiply-adds; zero where the call has no table.
+template <typename Tr, int kThreads>
+struct KeepBitsRows {
+  using Table = KeepBitsTable<Tr, kThreads>;
+  static constexpr int32_t kTileWords = static_cast<int32_t>(Table::kTileWords);
+  int32_t first = 0;
+
+  // A unit of the call's kernel: none where the call has no table.
+  static __device__ __forceinline__ KeepBitsRows of_unit(const FwdParams& p, int64_t h, int64_t q_tile, int thread) {
+    return p.keep_bits.words != nullptr ? of(p, h, q_tile, thread) : KeepBitsRows{};
+  }
+
+  // Of query head h's query tile q_tile (p.keep_bits.classes > 0) for
+  // `thread`: warp * 32 + lane, as the kernel passes them to tile_keep_bits.
+  static __device__ __forceinline__ KeepBitsRows of(const FwdParams& p, int64_t h, int64_t q_tile, int thread) {
     // The classes divide the heads per mask head (keep_bit_classes), so h's
     // class within its mask head is h % classes.
     const int32_t head_class = static_cast<int32_t>(h) % p.keep_bits.classes;
-    const int32_t q_tiles_per_block = static_cast<int32_t>(plan.blocks.block_q / Tr::kBlockM);
-    const int64_t entry = p.exclude.kind == Exclusion::FullRuns ? walk.at : plan.partial_slots[walk.at];
-    const int64_t tile = (head_class * p.keep_bits.masked_entries + entry) * q_tiles_per_block +
-                         static_cast<int32_t>(q_tile) % q_tiles_per_block;
-    return (tile * (plan.blocks.block_k / Tr::kBlockN) + walk.sub) * kTileWords;
+    const int32_t q_tiles_per_block = static_cast<int32_t>(p.plan.blocks.block_q / Tr::kBlockM);
+    KeepBitsRows rows;
+    rows.first = head_class * static_cast<int32_t>(p.keep_bits.masked_entries) * entry_words(p) +
+                 static_cast<int32_t>(q_tile) % q_tiles_per_block * q_tile_words(p) + thread * Table::kWords;
+    return rows;
+  }
+
+  // The words of one query tile of an entry (its key tiles), and of an entry.
+  static __device__ __forceinline__ int32_t q_tile_words(const FwdParams& p) {
+    return static_cast<int32_t>(p.plan.blocks.block_k / Tr::kBlockN) * kTileWords;
+  }
+  static __device__ __forceinline__ int32_t entry_words(const FwdParams& p) {
+    return static_cast<int32_t>(p.plan.blocks.block_q / Tr::kBlockM) * q_tile_words(p);
+  }
+
+  // The first of this thread's words of the tile at `walk`.
+  __device__ __forceinline__ int32_t at(const FwdParams& p, const TileWalk& walk) const {
+    const int32_t entry =
+        p.exclude.kind == Exclusion::FullRuns ? static_cast<int32_t>(walk.at) : p.plan.partial_slots[walk.at];
+    return first + entry * entry_words(p) + static_cast<int32_t>(walk.sub) * kTileWords;
   }
 };
 
 // The keep bits of a tile as a kernel thread holds them: from the call's
 // table where it has one, else computed.
 template <typename Tr, int kThreads>
-__device__ __forceinline__ KeepBits<Tr> tile_keep_bits(const FwdParams& p, const PatternExpr& expr,
-                                                       const TileWalk& tile, bool full, const SequenceSpan& seq,
-                                                       int64_t h, int64_t q0, int64_t k0, int warp, int lane) {
+__device__ __forceinline__ KeepBits<Tr> tile_keep_bits(const FwdParams& p, const KeepBitsRows<Tr, kThreads>& rows,
+                                                       const PatternExpr& expr, const TileWalk& tile, bool full,
+                                                       const SequenceSpan& seq, int64_t h, int64_t q0, int64_t k0,
+                                                       int warp, int lane) {
   using Table = KeepBitsTable<Tr, kThreads>;
   if (p.keep_bits.words == nullptr) return computed_keep_bits<Tr>(p, expr, tile, full, seq, h, q0, k0, warp, lane);
   if (!tile_is_masked(p, full)) return KeepBits<Tr>::all();
-  const uint32_t* from =
-      p.keep_bits.words + Table::tile_offset(p, tile, q0 / Tr::kBlockM, h) + (warp * 32 + lane) * Table::kWords;
+  const uint32_t* from = p.keep_bits.words + rows.at(p, tile);
   KeepBits<Tr> keep;
   if constexpr (Table::kWords % 4 == 0) {
 #pragma unroll
@@ -116,6 +149,7 @@ __global__ void __launch_bounds__(kThreads) keep_bits_table_kernel(const FwdPara
   const int64_t block_row = plan.blocks.row(mask_head, q0 / plan.blocks.block_q);
   const int64_t begin = plan.blocks.row_begin(block_row), end = plan.blocks.row_end(block_row);
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const KeepBitsRows<Tr, kThreads> rows = KeepBitsRows<Tr, kThreads>::of(p, h, q_tile, static_cast<int>(threadIdx.x));
   for (int64_t chunk = begin; chunk < end; chunk += kThreads) {
     if (threadIdx.x == 0) count = 0;
     __syncthreads();
@@ -128,7 +162,7 @@ __global__ void __launch_bounds__(kThreads) keep_bits_table_kernel(const FwdPara
       for (; walk.sub < tiles_per_block && walk.valid(plan, tiles_per_block, Tr::kBlockN, seq.k_len); ++walk.sub) {
         const int64_t k0 = walk.key_tile(plan, tiles_per_block) * Tr::kBlockN;
         const KeepBits<Tr> keep = computed_keep_bits<Tr>(p, expr, walk, full, seq, h, q0, k0, warp, lane);
-        uint32_t* to = table + Table::tile_offset(p, walk, q_tile, h) + threadIdx.x * Table::kWords;
+        uint32_t* to = table + rows.at(p, walk);
 #pragma unroll
         for (int w = 0; w < Table::kWords; ++w) to[w] = keep.word[w];
       }

@@ -878,16 +878,14 @@ TEST(CudaDilatedSplit, OnlyWhereThePermutationIsExact) {
   EXPECT_EQ(cuda_detail::make_dilated_split(part, TileShape{128, 64}), nullptr);
 }
 
-// The word of a row (bit k: key k0 + k) holds exactly the keys the
-// predicate allows, for every pattern with a span form.
-// The table of keep bits numbers the partial entries in order, and its head
-// classes tell apart exactly the heads of a mask head whose bits may differ.
+// The table of keep bits numbers the partial entries in order.
 TEST(CudaKeepBitsTable, PartialEntriesNumberedInOrder) {
   EXPECT_EQ(cuda_detail::partial_entry_slots({1, 0, 0, 1, 0}), (std::vector<int32_t>{-1, 0, 1, -1, 2}));
   EXPECT_EQ(cuda_detail::partial_entry_slots({1, 1}), (std::vector<int32_t>{-1, -1}));
   EXPECT_TRUE(cuda_detail::partial_entry_slots({}).empty());
 }
 
+// The table's head classes tell apart exactly the heads of a mask head whose bits may differ.
 TEST(CudaKeepBitsTable, HeadClassesTellApartHeadsWhoseBitsDiffer) {
   const auto classes = [](const BlockMask& mask, int64_t q_heads, cuda_detail::DilatedExclusion exclude = {}) {
     cuda_detail::FwdParams p;
@@ -927,6 +925,8 @@ TEST(CudaKeepBitsTable, HeadClassesTellApartHeadsWhoseBitsDiffer) {
   EXPECT_EQ(cuda_detail::keep_bit_classes(packed, shared), 0);
 }
 
+// The word of a row (bit k: key k0 + k) holds exactly the keys the
+// predicate allows, for every pattern with a span form.
 TEST(CudaRowKeyBits, SpanFormAgreesWithThePredicate) {
   std::mt19937_64 rng(12);
   int64_t rows_with_span_form = 0, custom_rows = 0;

@@ -16,6 +16,7 @@
 #include "cuda/common/packed_rows.hpp"
 #include "cuda/common/scratch_pool.hpp"
 #include "cuda/common/split_combine.hpp"
+#include "cuda/common/work_units.hpp"
 #include "cuda/fwd_sm80/fwd_sm80.hpp"
 #include "cuda/fwd_sm90/fwd_sm90.hpp"
 #include "cuda/kernel_choice.hpp"
@@ -120,25 +121,30 @@ bool use_sm90(const cuda_detail::FwdParams& p, const BlockMask& mask) {
                                   [&] { cuda_detail::check_tile_fit(mask, cuda_detail::sm90_tile(p.head_dim)); });
 }
 
-// The plan a call with arguments `p` on `mask` runs on `tile`. Where its
-// rows (mask heads x query tiles) times the call's copies (batch x query
-// heads per mask head) are fewer work units than the kernel runs at a time
-// on the current device (a call of few query tiles and heads, as in
-// decoding, would leave most multiprocessors idle), the plan that splits its
-// rows into two units per multiprocessor (device_fill_plan; the pieces merge
-// as split rows do). Two per multiprocessor ran fastest on both kernels
-// (H100, 1 x 128K keys, docs/cuda.md): the sm90 kernel's one CTA per
-// multiprocessor takes two units in turn, and the sm80 kernel's two CTAs
-// take one each (as the two CTAs per multiprocessor of the sm90 kernel's
-// small tile do).
-// Otherwise the plan that keeps whole every row no longer than the call's
-// key tiles per running CTA (rounded down to a power of two, so that calls
-// of similar size share a plan; device_whole_row_plan):
-// started first, such a row ends no later than the others, and needs no
-// partial results and no merge, which cost BigBird's split global rows
-// about 4% (docs/cuda.md). The plain plan serves where it splits no row,
-// for varlen batches (whose sequences may be far shorter than the mask) and
-// where the share is no longer than the pieces it splits rows into anyway.
+// The plan a call with arguments `p` on `mask` runs on `tile` (the plans
+// but the plain one split rows as a PlanSplit asks; device_split_plan):
+// - where its rows (mask heads x query tiles) times the call's copies (batch
+//   x query heads per mask head) are fewer work units than the kernel runs
+//   at a time on the current device (a call of few query tiles and heads, as
+//   in decoding, would leave most multiprocessors idle), the plan that
+//   splits its rows into two units per multiprocessor (min_items; the
+//   pieces merge as split rows do). Two per multiprocessor ran fastest on
+//   both kernels (H100, 1 x 128K keys, docs/cuda.md): the sm90 kernel's one
+//   CTA per multiprocessor takes two units in turn, and the sm80 kernel's
+//   two CTAs take one each (as the two CTAs per multiprocessor of the sm90
+//   kernel's small tile do);
+// - where the plain plan splits rows, the plan that keeps whole every row no
+//   longer than the call's key tiles per running CTA (whole_row_tiles,
+//   rounded down to a power of two, so that calls of similar size share a
+//   plan): started first, such a row ends no later than the others, and
+//   needs no partial results and no merge, which cost BigBird's split
+//   global rows about 4% (docs/cuda.md); the plain plan where that share is
+//   no longer than the pieces it splits rows into anyway;
+// - where it splits none and its rows are as long as each other (dense
+//   attention), the plan that spreads the grid's last round over every
+//   running CTA (tail_split), unless the units divide evenly;
+// - the plain plan for varlen batches (whose sequences may be far shorter
+//   than the mask) and for unequal rows that need no split.
 cuda_detail::DeviceTilePlanView call_plan(const cuda_detail::FwdParams& p, const BlockMask& mask,
                                           cuda_detail::TileShape tile, bool sm90, cudaStream_t s) {
   const int64_t copies = p.batch * (p.q_heads / mask.num_heads());
@@ -149,16 +155,24 @@ cuda_detail::DeviceTilePlanView call_plan(const cuda_detail::FwdParams& p, const
   if (copies == 0) return cuda_detail::device_tile_plan(mask, tile, s);
   if (rows * copies >= resident) {
     const cuda_detail::DeviceTilePlanView plain = cuda_detail::device_tile_plan(mask, tile, s);
-    if (plain.num_split_rows == 0 || p.varlen.cu_seqlens_q != nullptr) return plain;
+    if (p.varlen.cu_seqlens_q != nullptr) return plain;
     const int64_t key_tiles = cuda_detail::plan_key_tiles(mask, tile);
-    int64_t whole = 1;
-    while (2 * whole <= key_tiles * copies / resident) whole *= 2;
-    if (whole <= cuda_detail::split_piece_tiles(key_tiles, rows)) return plain;
-    return cuda_detail::device_whole_row_plan(mask, tile, whole, s);
+    if (plain.num_split_rows == 0) {
+      if (!cuda_detail::items_of_equal_length(plain)) return plain;
+      const cuda_detail::PlanSplit tail = cuda_detail::tail_split(rows, key_tiles / rows, copies, resident);
+      return tail.tail_rows > 0 ? cuda_detail::device_split_plan(mask, tile, tail, s) : plain;
+    }
+    cuda_detail::PlanSplit whole;
+    whole.whole_row_tiles = 1;
+    while (2 * whole.whole_row_tiles <= key_tiles * copies / resident) whole.whole_row_tiles *= 2;
+    if (whole.whole_row_tiles <= cuda_detail::split_piece_tiles(key_tiles, rows)) return plain;
+    return cuda_detail::device_split_plan(mask, tile, whole, s);
   }
   // A tile's rows with queries (positions x packed heads): few of them make short pieces pay.
-  const int64_t piece = cuda_detail::min_fill_piece_tiles(std::min(p.q_len, tile.rows), tile);
-  return cuda_detail::device_fill_plan(mask, tile, pattern_math::ceil_div(2 * sms, copies), piece, s);
+  cuda_detail::PlanSplit fill;
+  fill.min_items = pattern_math::ceil_div(2 * sms, copies);
+  fill.min_piece_tiles = cuda_detail::min_fill_piece_tiles(std::min(p.q_len, tile.rows), tile);
+  return cuda_detail::device_split_plan(mask, tile, fill, s);
 }
 
 // The fused kernel with p.plan (of `tile`, made from `mask`); split rows

@@ -31,6 +31,7 @@ namespace spattn::testing {
 namespace {
 
 using cuda_detail::HostTilePlan;
+using cuda_detail::PlanSplit;
 using cuda_detail::TileShape;
 
 // Is pair (i, j) allowed according to the tile plan (as the kernel reads it)?
@@ -167,19 +168,66 @@ TEST(CudaTilePlan, KeepsRowsWholeUpToTheCallsShare) {
   const int64_t plain_piece = cuda_detail::split_piece_tiles(cuda_detail::tile_plan_key_tiles(bigbird, tile), 256);
   EXPECT_EQ(plain_piece, cuda_detail::kMinSplitTiles);  // twice the average row is less
   EXPECT_EQ(plain.split_rows[0].pieces, 256 / plain_piece);
-  const HostTilePlan whole = cuda_detail::make_tile_plan(bigbird, tile, 0, cuda_detail::kMinFillPieceTiles, 256);
+  const HostTilePlan whole = cuda_detail::make_tile_plan(bigbird, tile, PlanSplit{0, cuda_detail::kMinFillPieceTiles, 256});
   EXPECT_TRUE(whole.split_rows.empty());
   EXPECT_EQ(whole.items.size(), 256u);
   EXPECT_EQ(whole.max_item_entries, 256);
   expect_items_cover_every_row_once(bigbird, whole, tile);
-  const HostTilePlan halves = cuda_detail::make_tile_plan(bigbird, tile, 0, cuda_detail::kMinFillPieceTiles, 128);
+  const HostTilePlan halves = cuda_detail::make_tile_plan(bigbird, tile, PlanSplit{0, cuda_detail::kMinFillPieceTiles, 128});
   ASSERT_EQ(halves.split_rows.size(), 2u);
   for (const cuda_detail::SplitRow& split : halves.split_rows) EXPECT_EQ(split.pieces, 2);
   expect_items_cover_every_row_once(bigbird, halves, tile);
-  const HostTilePlan below = cuda_detail::make_tile_plan(bigbird, tile, 0, cuda_detail::kMinFillPieceTiles, 16);
+  const HostTilePlan below = cuda_detail::make_tile_plan(bigbird, tile, PlanSplit{0, cuda_detail::kMinFillPieceTiles, 16});
   ASSERT_EQ(below.items.size(), plain.items.size());
   EXPECT_EQ(below.split_rows.size(), plain.split_rows.size());
   EXPECT_EQ(below.split_rows[0].pieces, plain.split_rows[0].pieces);
+}
+
+// A grid of equal rows whose units leave a last round that few CTAs work in
+// splits the last ceil(remainder / copies) rows into pieces of a quarter of
+// their tiles per running CTA (at least kMinTailPieceTiles), so that they
+// fill that round: dense attention at 32K with 16 heads on 132 CTAs (4096
+// units: 31 rounds and 4 units), at 128K with 8 heads, and at 32K on two
+// CTAs per multiprocessor; no split where the units divide evenly, fill
+// less than a round or the pieces would be as long as the rows.
+TEST(CudaTilePlan, SpreadsTheLastRoundOfEqualRows) {
+  using cuda_detail::tail_split;
+  const PlanSplit dense_32k = tail_split(256, 256, 16, 132);
+  EXPECT_EQ(dense_32k.tail_rows, 1);                    // 4096 % 132 = 4 units, one row of 16 copies
+  EXPECT_EQ(dense_32k.tail_piece_tiles, 16);            // ceil(16 x 256 / 528) = 8, at least 16
+  const PlanSplit dense_128k = tail_split(1024, 1024, 8, 132);
+  EXPECT_EQ(dense_128k.tail_rows, 1);                   // 8192 % 132 = 8 units
+  EXPECT_EQ(dense_128k.tail_piece_tiles, 16);           // ceil(8 x 1024 / 528)
+  const PlanSplit two_per_sm = tail_split(256, 256, 16, 264);
+  EXPECT_EQ(two_per_sm.tail_rows, 9);                   // 4096 % 264 = 136 units
+  EXPECT_EQ(two_per_sm.tail_piece_tiles, 35);           // ceil(9 x 16 x 256 / 1056)
+  EXPECT_EQ(tail_split(264, 64, 1, 132), PlanSplit{});  // two rounds exactly
+  EXPECT_EQ(tail_split(8, 100, 16, 132), PlanSplit{});  // 128 units, less than a round
+  EXPECT_EQ(tail_split(40, 30, 4, 132), PlanSplit{});   // pieces of 16 of rows of 30 tiles
+  EXPECT_EQ(tail_split(256, 256, 0, 132), PlanSplit{});
+  expect_error_mentions([] { tail_split(256, 256, 16, 0); }, "0 CTAs");
+
+  const TileShape tile{128, 128};
+  const BlockMask dense = BlockMask::build(Pattern::dense(), MaskShape{32768, 32768, 128, 128, 1});
+  const HostTilePlan plan = cuda_detail::make_tile_plan(dense, tile, dense_32k);
+  ASSERT_EQ(plan.split_rows.size(), 1u);
+  EXPECT_EQ(plan.split_rows[0].row, 255);
+  EXPECT_EQ(plan.split_rows[0].pieces, 16);
+  ASSERT_EQ(plan.items.size(), 255u + 16u);
+  for (size_t n = 0; n < plan.items.size(); ++n)  // whole rows first, then the pieces
+    EXPECT_EQ(plan.items[n].end - plan.items[n].begin, n < 255 ? 256 : 16) << "item " << n;
+  expect_items_cover_every_row_once(dense, plan, tile);
+  // Longer pieces than the rows' own split (rows far longer than the
+  // average) change nothing there: BigBird's global rows keep their pieces.
+  const BlockMask bigbird =
+      BlockMask::build(Pattern::bigbird(32768, 128, 3, 1, 3, 0), MaskShape{32768, 32768, 128, 128, 1});
+  PlanSplit tail;
+  tail.tail_rows = 256;
+  tail.tail_piece_tiles = 64;
+  const HostTilePlan plain = cuda_detail::make_tile_plan(bigbird, tile), tailed = cuda_detail::make_tile_plan(bigbird, tile, tail);
+  ASSERT_EQ(tailed.split_rows.size(), plain.split_rows.size());
+  EXPECT_EQ(tailed.split_rows[0].pieces, plain.split_rows[0].pieces);
+  EXPECT_EQ(tailed.items.size(), plain.items.size());
 }
 
 // A plan asked for more items than it has rows (a call of few query tiles
@@ -194,14 +242,14 @@ TEST(CudaTilePlan, SplitsFewLongRowsToFillTheDevice) {
   // One query tile over 128 key tiles (a decoding step over 16K keys).
   const BlockMask decode = BlockMask::build(Pattern::dense(), MaskShape{100, 16384, 128, 128, 1});
   ASSERT_EQ(cuda_detail::make_tile_plan(decode, tile).items.size(), 1u);
-  const HostTilePlan nine = cuda_detail::make_tile_plan(decode, tile, 9);  // pieces of ceil(128 / 9) = 15 tiles
+  const HostTilePlan nine = cuda_detail::make_tile_plan(decode, tile, PlanSplit{9});  // pieces of ceil(128 / 9) = 15 tiles
   EXPECT_EQ(nine.items.size(), 9u);
   ASSERT_EQ(nine.split_rows.size(), 1u);
   EXPECT_EQ(nine.split_rows[0].pieces, 9);
   expect_items_cover_every_row_once(decode, nine, tile);
   for (const int64_t piece : {kMinFillPieceTiles, kMinFillPieceTilesFewRows}) {
     SCOPED_TRACE(::testing::Message() << "least piece " << piece);
-    const HostTilePlan most = cuda_detail::make_tile_plan(decode, tile, 1000, piece);
+    const HostTilePlan most = cuda_detail::make_tile_plan(decode, tile, PlanSplit{1000, piece});
     EXPECT_EQ(static_cast<int64_t>(most.items.size()), 128 / piece);
     for (const cuda_detail::WorkItem& item : most.items) EXPECT_EQ(item.end - item.begin, piece);
     expect_items_cover_every_row_once(decode, most, tile);
@@ -209,17 +257,17 @@ TEST(CudaTilePlan, SplitsFewLongRowsToFillTheDevice) {
     // tiles) splits into pieces of the least size; 256-key blocks count two
     // tiles each, so a piece takes half as many of them.
     const HostTilePlan streaming = cuda_detail::make_tile_plan(
-        BlockMask::build(Pattern::streaming(128, 4096), MaskShape{1, 32768, 128, 128, 1}), tile, 264, piece);
+        BlockMask::build(Pattern::streaming(128, 4096), MaskShape{1, 32768, 128, 128, 1}), tile, PlanSplit{264, piece});
     EXPECT_EQ(static_cast<int64_t>(streaming.items.size()), (33 + piece - 1) / piece);
     const BlockMask wide = BlockMask::build(Pattern::dense(), MaskShape{128, 8192, 128, 256, 1});
-    const HostTilePlan wide_plan = cuda_detail::make_tile_plan(wide, tile, 100, piece);
+    const HostTilePlan wide_plan = cuda_detail::make_tile_plan(wide, tile, PlanSplit{100, piece});
     const int64_t wide_piece_blocks = (piece + 1) / 2;
     EXPECT_EQ(static_cast<int64_t>(wide_plan.items.size()), (32 + wide_piece_blocks - 1) / wide_piece_blocks);
     expect_items_cover_every_row_once(wide, wide_plan, tile);
     // Causal rows of 1..piece tiles: none longer than a piece, none split.
     const int64_t short_len = 128 * piece;
     const BlockMask causal = BlockMask::build(Pattern::causal(), MaskShape{short_len, short_len, 128, 128, 2});
-    EXPECT_TRUE(cuda_detail::make_tile_plan(causal, tile, 100, piece).split_rows.empty());
+    EXPECT_TRUE(cuda_detail::make_tile_plan(causal, tile, PlanSplit{100, piece}).split_rows.empty());
   }
   // The least piece of a call: short where at most a quarter of a tile's rows
   // hold queries.
@@ -235,14 +283,14 @@ TEST(CudaTilePlan, SplitsFewLongRowsToFillTheDevice) {
   const BlockMask long_causal = BlockMask::build(Pattern::causal(), MaskShape{8192, 8192, 128, 128, 2});
   ASSERT_EQ(long_causal.num_heads(), 1);
   const HostTilePlan plain = cuda_detail::make_tile_plan(long_causal, tile);
-  const HostTilePlan as_many = cuda_detail::make_tile_plan(long_causal, tile, 64);
+  const HostTilePlan as_many = cuda_detail::make_tile_plan(long_causal, tile, PlanSplit{64});
   ASSERT_EQ(as_many.items.size(), plain.items.size());
   for (size_t n = 0; n < plain.items.size(); ++n) {
     EXPECT_EQ(as_many.items[n].begin, plain.items[n].begin);
     EXPECT_EQ(as_many.items[n].end, plain.items[n].end);
   }
   EXPECT_TRUE(as_many.split_rows.empty());
-  const HostTilePlan filled = cuda_detail::make_tile_plan(long_causal, tile, 200);
+  const HostTilePlan filled = cuda_detail::make_tile_plan(long_causal, tile, PlanSplit{200});
   EXPECT_EQ(filled.split_rows.size(), 64u - 11u);
   for (const cuda_detail::WorkItem& item : filled.items) EXPECT_LE(item.end - item.begin, 11) << "row " << item.row;
   expect_items_cover_every_row_once(long_causal, filled, tile);
@@ -398,7 +446,7 @@ TEST(CudaTilePlan, StaticStrideOnlyForItemsOfEqualLength) {
     return cuda_detail::items_of_equal_length(p);
   };
   const BlockMask decode = BlockMask::build(Pattern::dense(), MaskShape{1, 16384, 128, 128, 1});
-  const HostTilePlan pieces = cuda_detail::make_tile_plan(decode, tile, 9);  // 128 tiles in pieces of 14 or 15
+  const HostTilePlan pieces = cuda_detail::make_tile_plan(decode, tile, PlanSplit{9});  // 128 tiles in pieces of 14 or 15
   ASSERT_EQ(pieces.items.size(), 9u);
   EXPECT_EQ(pieces.max_item_entries - pieces.min_item_entries, 1);
   EXPECT_TRUE(equal(pieces, false));
@@ -548,17 +596,16 @@ TEST(CudaTilePlan, PlansOfATileShareItsGrain) {
   const std::shared_ptr<const cuda_detail::TileGrainMask> grain = cuda_detail::derive_tile_grain_mask(bigbird, tile);
   ASSERT_NE(grain, nullptr);
   const HostTilePlan plain = cuda_detail::make_tile_plan(bigbird, tile);
-  const HostTilePlan filled =
-      cuda_detail::make_tile_plan(bigbird, tile, grain, 200, cuda_detail::kMinFillPieceTiles, 0);
+  const HostTilePlan filled = cuda_detail::make_tile_plan(bigbird, tile, grain, PlanSplit{200});
   EXPECT_EQ(filled.derived, grain);
   EXPECT_EQ(grain->kv_indices, plain.derived->kv_indices);
   EXPECT_EQ(grain->sub_present, plain.derived->sub_present);
   EXPECT_EQ(grain->sub_full, plain.derived->sub_full);
   expect_items_cover_every_row_once(bigbird, filled, tile);
   EXPECT_EQ(cuda_detail::derive_tile_grain_mask(bigbird, TileShape{64, 64}), nullptr);
-  expect_error_mentions([&] { cuda_detail::make_tile_plan(bigbird, tile, nullptr, 0, 8, 0); },
+  expect_error_mentions([&] { cuda_detail::make_tile_plan(bigbird, tile, nullptr, PlanSplit{}); },
                         "needs the mask at tile granularity");
-  expect_error_mentions([&] { cuda_detail::make_tile_plan(bigbird, TileShape{64, 64}, grain, 0, 8, 0); },
+  expect_error_mentions([&] { cuda_detail::make_tile_plan(bigbird, TileShape{64, 64}, grain, PlanSplit{}); },
                         "walks the mask itself");
   // The rows' counts, where a caller has them, give the same grain; counts of another shape are refused.
   const std::vector<int64_t> counts = cuda_detail::tile_grain_row_counts(bigbird, tile);

@@ -18,8 +18,10 @@
 #include <utility>
 #include <vector>
 
+#include "cuda/common/device_info.hpp"
 #include "cuda/fwd_sm90/fwd_sm90.hpp"
 #include "cuda/kernel_choice.hpp"
+#include "cuda/plan/tile_plan.hpp"
 #include "gpu_test_problems.hpp"
 #include "gpu_test_support.hpp"
 #include "pattern_cases.hpp"
@@ -320,6 +322,32 @@ TEST_P(GpuKernels, LongRowsWholeWhereTheCallHasWorkEnough) {
   pr.batch = 8;
   pr.head_dim = 128;
   expect_matches_reference(pr, 2700);
+}
+
+// Dense rows whose units leave a short last round (call_plan's tail_split):
+// 32 query tiles x 16 copies (batch 2 x 8 query heads over 4 kv heads) over
+// 4000 keys, the last rows of the plan split into pieces (a ragged last key
+// tile among them) that merge as split rows do; at D = 128 (the sm90 wide
+// tile, the sm80 128 x 64 tile) and D = 64 (the sm90 tall tile).
+TEST_P(GpuKernels, DenseRowsSpreadOverTheLastRound) {
+  const bool sm90 = GetParam() == CudaKernel::Sm90;
+  const int64_t resident = int64_t{cuda_detail::current_device_info().sms} * (sm90 ? 1 : 2);
+  const int64_t row_tiles = sm90 ? 32 : 63;  // 4000 keys in tiles of 128 (sm90) or 64 (sm80) at D = 128
+  ASSERT_GT(cuda_detail::tail_split(32, row_tiles, 16, resident).tail_rows, 0)
+      << resident << " CTAs at a time divide the 512 units evenly; this problem has no tail to spread";
+  uint64_t seed = 2750;
+  for (const int64_t d : {128, 64})
+    for (const DType dtype : {DType::BF16, DType::F16}) {
+      GpuProblem pr;
+      pr.pattern = Pattern::dense();
+      pr.dtype = pr.out_dtype = dtype;
+      pr.q_len = pr.k_len = 4000;
+      pr.batch = 2;
+      pr.q_heads = 8;
+      pr.kv_heads = 4;
+      pr.head_dim = d;
+      expect_matches_reference(pr, seed++);
+    }
 }
 
 // Dilated terms through the token permutation (cuda/plan/dilated_split.hpp),

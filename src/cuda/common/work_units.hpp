@@ -78,13 +78,17 @@ inline int64_t kv_bytes_read(const FwdParams& p, int64_t head_dim, int64_t eleme
 
 // Whether every item of the plan has the same number of entries, within one
 // (the pieces of a plan that splits rows to fill the device, a dense mask's
-// rows): the units of a launch outside varlen batches (whose sequences cut
-// the walks short) are then as long as each other, and a static stride over
-// them keeps every CTA as busy as drawing them from a counter does.
+// rows); false for items built on the device (lengths unknown).
+inline bool items_of_equal_length(const DeviceTilePlanView& plan) {
+  return plan.min_item_entries > 0 && plan.max_item_entries - plan.min_item_entries <= 1;
+}
+
+// Whether the units of a launch are as long as each other: items of equal
+// length outside varlen batches (whose sequences cut the walks short). A
+// static stride over them then keeps every CTA as busy as drawing them from
+// a counter does.
 inline bool items_of_equal_length(const FwdParams& p) {
-  const DeviceTilePlanView& plan = p.plan;
-  return p.varlen.cu_seqlens_q == nullptr && plan.min_item_entries > 0 &&
-         plan.max_item_entries - plan.min_item_entries <= 1;
+  return p.varlen.cu_seqlens_q == nullptr && items_of_equal_length(p.plan);
 }
 
 // The copies of the plan a launch runs (batch x query heads per mask head):

@@ -26,14 +26,6 @@ namespace {
 
 using pattern_math::ceil_div;
 
-// How a plan splits its rows: make_tile_plan's arguments beside the tile.
-struct PlanSplit {
-  int64_t min_items = 0, min_piece_tiles = kMinFillPieceTiles, whole_row_tiles = 0;
-  bool operator==(const PlanSplit& o) const {
-    return min_items == o.min_items && min_piece_tiles == o.min_piece_tiles && whole_row_tiles == o.whole_row_tiles;
-  }
-};
-
 struct TilePlanEntry {
   TileShape tile;
   PlanSplit split;
@@ -238,8 +230,7 @@ DeviceTilePlanView make_device_tile_plan(const BlockMask& mask, PerDevice& d, Ti
   std::shared_ptr<const TileGrainMask> grain = per_tile(mask_cache(mask).tile_grains, tile, [&] {
     return derive_tile_grain_mask(mask, tile, row_counts(mask, tile));
   });
-  const HostTilePlan host =
-      make_tile_plan(mask, tile, grain, split.min_items, split.min_piece_tiles, split.whole_row_tiles);
+  const HostTilePlan host = make_tile_plan(mask, tile, grain, split);
   auto e = std::make_unique<TilePlanEntry>();
   e->tile = tile;
   e->split = split;
@@ -336,14 +327,9 @@ DeviceTilePlanView device_tile_plan(const BlockMask& mask, TileShape tile, cudaS
   return plan_or_plain(mask, tile, PlanSplit{}, stream);
 }
 
-DeviceTilePlanView device_fill_plan(const BlockMask& mask, TileShape tile, int64_t min_items,
-                                    int64_t min_piece_tiles, cudaStream_t stream) {
-  return plan_or_plain(mask, tile, PlanSplit{min_items, min_piece_tiles, 0}, stream);
-}
-
-DeviceTilePlanView device_whole_row_plan(const BlockMask& mask, TileShape tile, int64_t whole_row_tiles,
-                                         cudaStream_t stream) {
-  return plan_or_plain(mask, tile, PlanSplit{0, kMinFillPieceTiles, whole_row_tiles}, stream);
+DeviceTilePlanView device_split_plan(const BlockMask& mask, TileShape tile, const PlanSplit& split,
+                                     cudaStream_t stream) {
+  return plan_or_plain(mask, tile, split, stream);
 }
 
 std::shared_ptr<const DilatedSplit> dilated_split(const BlockMask& mask, TileShape tile) {

@@ -3,10 +3,9 @@
 // The first call for a (mask, device) copies the BlockMask arrays and the
 // pattern's expressions and tables to the device; the first call for a
 // (mask, device, tile shape) also derives and copies the tile plan (and the
-// first call that needs it, a plan that splits rows further to fill the
-// device, device_fill_plan, or one that keeps long rows whole,
-// device_whole_row_plan; plans of one tile share the tile-granularity
-// arrays of masks whose blocks are smaller than the tile). All live
+// first call that needs it, a plan whose rows split otherwise,
+// device_split_plan; plans of one tile share the tile-granularity arrays of
+// masks whose blocks are smaller than the tile). All live
 // in the mask's device_cache() slot and are freed with the last copy of the
 // mask. Later calls only look them up: no allocation, no copy, no host
 // synchronisation, so an attention call can be captured in a CUDA graph once
@@ -45,21 +44,16 @@ void adopt_device_mask(const BlockMask& mask, const BlockMaskView& blocks,
 // The tile plan of `tile` on the current device (same rules as device_mask).
 DeviceTilePlanView device_tile_plan(const BlockMask& mask, TileShape tile, cudaStream_t stream);
 
-// The tile plan of `tile` with about `min_items` items of at least
-// `min_piece_tiles` key tiles (make_tile_plan), kept with the mask beside the
-// plain one (one per pair of values asked for). While
-// `stream` captures a graph and this plan does not exist yet, the plain plan
-// (which must, as for device_tile_plan): the same results up to rounding (a
-// row split otherwise merges its pieces in another order), on fewer
-// multiprocessors.
-DeviceTilePlanView device_fill_plan(const BlockMask& mask, TileShape tile, int64_t min_items,
-                                    int64_t min_piece_tiles, cudaStream_t stream);
-
-// The tile plan of `tile` whose rows of at most `whole_row_tiles` key tiles
-// stay whole (make_tile_plan), kept with the mask beside the plain one (one
-// per value asked for); while capturing, as device_fill_plan.
-DeviceTilePlanView device_whole_row_plan(const BlockMask& mask, TileShape tile, int64_t whole_row_tiles,
-                                         cudaStream_t stream);
+// The tile plan of `tile` whose rows split as `split` asks (make_tile_plan:
+// into more pieces to fill the device, fewer to keep long rows whole, or a
+// grid's last round spread; tile_plan.hpp), kept with the mask beside the
+// plain one (one per split asked for). While `stream` captures a graph and
+// this plan does not exist yet, the plain plan (which must, as for
+// device_tile_plan): the same results up to rounding (a row split otherwise
+// merges its pieces in another order), on fewer multiprocessors or with a
+// longer last round.
+DeviceTilePlanView device_split_plan(const BlockMask& mask, TileShape tile, const PlanSplit& split,
+                                     cudaStream_t stream);
 
 // The mask's dilated split for a kernel of tile `tile` (dilated_split.hpp),
 // made on first use on the host and kept with the mask (one per tile); null

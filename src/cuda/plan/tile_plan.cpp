@@ -260,19 +260,19 @@ TileGrainMask derive(const BlockMask& mask, TileShape tile, const SubBlockGrid& 
 // about twice the average (at least kMinSplitTiles tiles; split_piece_tiles)
 // or of whole_row_tiles where that is more, or, where the rows are fewer
 // than min_items, every row into pieces of total / min_items tiles (at
-// least min_piece_tiles); ordered by length band (most work first), then
-// mask head.
-void split_and_order(const BlockMask& mask, TileShape tile, int64_t min_items, int64_t min_piece_tiles,
-                     int64_t whole_row_tiles, HostTilePlan& plan) {
+// least min_piece_tiles), and the last tail_rows rows into pieces of
+// tail_piece_tiles; ordered by length band (most work first), then mask head.
+void split_and_order(const BlockMask& mask, TileShape tile, const PlanSplit& split, HostTilePlan& plan) {
   const std::vector<int64_t> work = row_work(mask, tile, plan);
   const int64_t tiles_per_entry = plan.derived ? 1 : mask.block_k() / tile.cols;
   const std::vector<int64_t>& offsets = plan.derived ? plan.derived->row_offsets : mask.row_offsets();
   const int64_t num_q_tiles = ceil_div(mask.q_len(), tile.rows);
   const int64_t total = std::accumulate(work.begin(), work.end(), int64_t{0});
   const int64_t rows = static_cast<int64_t>(work.size());
-  int64_t piece_tiles = std::max(split_piece_tiles(total, rows), whole_row_tiles);
-  if (min_items > rows) piece_tiles = std::min(piece_tiles, std::max(min_piece_tiles, ceil_div(total, min_items)));
-  const int64_t piece_entries = ceil_div(piece_tiles, tiles_per_entry);
+  int64_t piece_tiles = std::max(split_piece_tiles(total, rows), split.whole_row_tiles);
+  if (split.min_items > rows)
+    piece_tiles = std::min(piece_tiles, std::max(split.min_piece_tiles, ceil_div(total, split.min_items)));
+  const int64_t first_tail_row = rows - std::min(split.tail_rows, rows);
   const std::vector<uint8_t>& full = plan.derived ? plan.derived->kv_full : mask.kv_full();
   const std::vector<int32_t>& indices = plan.derived ? plan.derived->kv_indices : mask.kv_indices();
   const int64_t num_k_tiles = ceil_div(mask.k_len(), tile.cols);
@@ -290,7 +290,10 @@ void split_and_order(const BlockMask& mask, TileShape tile, int64_t min_items, i
     // rows are the mask row holding the tile).
     const int64_t mask_row = plan.derived ? static_cast<int64_t>(r) : g * mask.num_q_blocks() + t * tile.rows / mask.block_q();
     const int64_t begin = offsets[mask_row], end = offsets[mask_row + 1];
-    const int64_t pieces = work[r] > piece_tiles ? ceil_div(end - begin, piece_entries) : 1;
+    const bool tail = static_cast<int64_t>(r) >= first_tail_row;
+    const int64_t row_piece_tiles = tail ? std::min(piece_tiles, split.tail_piece_tiles) : piece_tiles;
+    const int64_t pieces =
+        work[r] > row_piece_tiles ? ceil_div(end - begin, ceil_div(row_piece_tiles, tiles_per_entry)) : 1;
     if (pieces == 1) {
       plan.items.push_back(WorkItem{begin, end, static_cast<int32_t>(r), -1, all_full(begin, end)});
       continue;
@@ -388,8 +391,21 @@ std::shared_ptr<const TileGrainMask> derive_tile_grain_mask(const BlockMask& mas
   return derive_tile_grain_mask(mask, tile, tile_grain_row_counts(mask, tile));
 }
 
+PlanSplit tail_split(int64_t rows, int64_t row_tiles, int64_t copies, int64_t resident) {
+  require(rows >= 0 && row_tiles >= 0 && copies >= 0 && resident > 0, "CUDA backend: tail_split of ", rows,
+          " rows of ", row_tiles, " key tiles times ", copies, " copies over ", resident, " CTAs");
+  const int64_t units = rows * copies, remainder = units % resident;
+  if (units < resident || remainder == 0) return {};
+  PlanSplit split;
+  split.tail_rows = ceil_div(remainder, copies);
+  split.tail_piece_tiles =
+      std::max(kMinTailPieceTiles, ceil_div(split.tail_rows * copies * row_tiles, 4 * resident));
+  if (2 * split.tail_piece_tiles > row_tiles) return {};
+  return split;
+}
+
 HostTilePlan make_tile_plan(const BlockMask& mask, TileShape tile, std::shared_ptr<const TileGrainMask> derived,
-                            int64_t min_items, int64_t min_piece_tiles, int64_t whole_row_tiles) {
+                            const PlanSplit& split) {
   check_tile_fit(mask, tile);
   require((derived != nullptr) == !is_direct(mask, tile), "CUDA backend: the tile plan of a ", mask.block_q(),
           " x ", mask.block_k(), " block mask for a ", tile.rows, " x ", tile.cols, " tile ",
@@ -397,13 +413,12 @@ HostTilePlan make_tile_plan(const BlockMask& mask, TileShape tile, std::shared_p
   HostTilePlan plan;
   plan.derived = std::move(derived);
   plan.sub = sub_grid(mask, tile);
-  split_and_order(mask, tile, min_items, min_piece_tiles, whole_row_tiles, plan);
+  split_and_order(mask, tile, split, plan);
   return plan;
 }
 
-HostTilePlan make_tile_plan(const BlockMask& mask, TileShape tile, int64_t min_items, int64_t min_piece_tiles,
-                            int64_t whole_row_tiles) {
-  return make_tile_plan(mask, tile, derive_tile_grain_mask(mask, tile), min_items, min_piece_tiles, whole_row_tiles);
+HostTilePlan make_tile_plan(const BlockMask& mask, TileShape tile, const PlanSplit& split) {
+  return make_tile_plan(mask, tile, derive_tile_grain_mask(mask, tile), split);
 }
 
 }  // namespace spattn::cuda_detail

@@ -19,9 +19,11 @@
 // fp32) that a combine step merges; a plan asked for more items than it has
 // rows (a call whose rows times copies would leave multiprocessors idle, as
 // in decoding: few query tiles over many keys) splits its long rows further,
-// into about that many pieces, and one asked to keep rows of up to
+// into about that many pieces, one asked to keep rows of up to
 // whole_row_tiles key tiles whole (a call with that much work per running
-// CTA) splits fewer. Items are ordered by work in length
+// CTA) splits fewer, and one asked to spread the last round of a grid of
+// equal rows (tail_split) splits a few rows into short pieces. Items are
+// ordered by work in length
 // bands, most first, so a grid launched in that order starts the longest
 // pieces first; within a band they go mask head by mask head.
 #pragma once
@@ -99,6 +101,52 @@ inline int64_t min_fill_piece_tiles(int64_t query_rows, TileShape tile) {
   return 4 * query_rows <= tile.rows ? kMinFillPieceTilesFewRows : kMinFillPieceTiles;
 }
 
+// How a plan splits its rows beside the rows far longer than the average
+// (make_tile_plan). `min_items`: where the rows are fewer, rows are split into
+// pieces of ceil(all rows' key tiles / min_items) tiles, at least
+// `min_piece_tiles`, so that the plan has about min_items items where its
+// rows are long enough (0: split only rows far longer than the average,
+// split_piece_tiles). `whole_row_tiles`: rows of at most that many key tiles
+// stay whole, and longer ones split into pieces of about that many (where it
+// exceeds split_piece_tiles; a call whose work per running CTA is that long
+// runs such a row whole, longest first, and ends it no later than the rest,
+// without partial results to write and merge). `tail_rows`: the last that
+// many rows (mask head by mask head, query tile by query tile) split into
+// pieces of about `tail_piece_tiles` key tiles (tail_split).
+struct PlanSplit {
+  int64_t min_items = 0;
+  int64_t min_piece_tiles = kMinFillPieceTiles;
+  int64_t whole_row_tiles = 0;
+  int64_t tail_rows = 0;
+  int64_t tail_piece_tiles = 0;
+  bool operator==(const PlanSplit& o) const {
+    return min_items == o.min_items && min_piece_tiles == o.min_piece_tiles &&
+           whole_row_tiles == o.whole_row_tiles && tail_rows == o.tail_rows &&
+           tail_piece_tiles == o.tail_piece_tiles;
+  }
+};
+
+// The split that spreads the last round of a grid of equal rows over every
+// running CTA. `rows` rows of `row_tiles` key tiles each, run for `copies`
+// copies (batch x heads per mask head) by `resident` CTAs at a time, take
+// floor(units / resident) full rounds of units and a last one in which only
+// units % resident CTAs work while the others wait a whole row for the call
+// to end (dense attention at 32K with 16 heads on 132 multiprocessors: 4096
+// units, 31 rounds and 4 units, 3% of the call). So the last
+// ceil(remainder / copies) rows are split (for every copy; their pieces run
+// last, after the whole rows), into pieces of a quarter of their tiles per
+// running CTA, at least kMinTailPieceTiles: the pieces then fill the last
+// round to within a fraction of a row. No split (tail_rows 0) where the
+// units divide evenly, fill fewer than one round (the case of a plan asked
+// for min_items) or a row would split into fewer than two pieces.
+PlanSplit tail_split(int64_t rows, int64_t row_tiles, int64_t copies, int64_t resident);
+
+// The least piece of tail_split. Each piece writes a partial result of the
+// tile's rows that the merge reads back; pieces of 16 tiles ran dense
+// attention at 32K/16 on the sm90 kernel 0.3% faster than pieces of 8
+// (H200, docs/cuda.md).
+constexpr int64_t kMinTailPieceTiles = 16;
+
 // A mask re-expressed at tile granularity (blocks of tile.rows x tile.cols),
 // for a tile the mask's blocks are not multiples of: the tile's kept tiles
 // per (mask head, query tile) row, each with its sub-block bit sets. It
@@ -156,21 +204,13 @@ std::shared_ptr<const TileGrainMask> derive_tile_grain_mask(const BlockMask& mas
 std::shared_ptr<const TileGrainMask> derive_tile_grain_mask(const BlockMask& mask, TileShape tile);
 
 // The plan of `tile` over `derived`, which must be derive_tile_grain_mask of
-// this mask and tile (only its being null or not is checked). `min_items`: where the rows are fewer, rows are split into pieces of
-// ceil(all rows' key tiles / min_items) tiles, at least `min_piece_tiles`, so
-// that the plan has about min_items items where its rows are long enough (0:
-// split only rows far longer than the average, split_piece_tiles).
-// `whole_row_tiles`: rows of at most that many key tiles stay whole, and
-// longer ones split into pieces of about that many (where it exceeds
-// split_piece_tiles; a call whose work per running CTA is that long runs such
-// a row whole, longest first, and ends it no later than the rest, without
-// partial results to write and merge).
+// this mask and tile (only its being null or not is checked), its rows split
+// as `split` asks.
 HostTilePlan make_tile_plan(const BlockMask& mask, TileShape tile, std::shared_ptr<const TileGrainMask> derived,
-                            int64_t min_items, int64_t min_piece_tiles, int64_t whole_row_tiles);
+                            const PlanSplit& split);
 
 // The same, deriving the tile-grain mask first.
-HostTilePlan make_tile_plan(const BlockMask& mask, TileShape tile, int64_t min_items = 0,
-                            int64_t min_piece_tiles = kMinFillPieceTiles, int64_t whole_row_tiles = 0);
+HostTilePlan make_tile_plan(const BlockMask& mask, TileShape tile, const PlanSplit& split = {});
 
 // The place of each walked entry (kv_full 0: partial) among the partial
 // ones, in entry order, and -1 for a full one: where a call's table of

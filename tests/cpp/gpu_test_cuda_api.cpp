@@ -228,6 +228,8 @@ TEST(CudaTilePlan, SpreadsTheLastRoundOfEqualRows) {
   ASSERT_EQ(tailed.split_rows.size(), plain.split_rows.size());
   EXPECT_EQ(tailed.split_rows[0].pieces, plain.split_rows[0].pieces);
   EXPECT_EQ(tailed.items.size(), plain.items.size());
+  tail.tail_piece_tiles = 0;
+  expect_error_mentions([&] { cuda_detail::make_tile_plan(bigbird, tile, tail); }, "tail_piece_tiles > 0, got 0");
 }
 
 // A plan asked for more items than it has rows (a call of few query tiles

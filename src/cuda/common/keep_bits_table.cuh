@@ -44,11 +44,23 @@ struct KeepBitsTable {
     return p.exclude.kind == Exclusion::FullRuns ? p.plan.num_entries : p.plan.num_partial_entries;
   }
 
+  // The table's layout: the words of one query tile of an entry (its key
+  // tiles), and of an entry (its query tiles), in the integer type I (64-bit
+  // for the table's size on the host, 32-bit in the kernels: kMaxBytes keeps
+  // every offset of a table that is made within 32 bits).
+  template <typename I>
+  static SPATTN_HD I q_tile_words(const FwdParams& p) {
+    return static_cast<I>(p.plan.blocks.block_k / Tr::kBlockN) * static_cast<I>(kTileWords);
+  }
+  template <typename I>
+  static SPATTN_HD I entry_words(const FwdParams& p) {
+    return static_cast<I>(p.plan.blocks.block_q / Tr::kBlockM) * q_tile_words<I>(p);
+  }
+
   // The words of p's table; 0 where it makes none.
   static int64_t words(const FwdParams& p) {
     if (p.keep_bits.classes <= 0 || p.plan.partial_slots == nullptr) return 0;
-    const int64_t words = p.keep_bits.classes * masked_entries(p) * (p.plan.blocks.block_q / Tr::kBlockM) *
-                          (p.plan.blocks.block_k / Tr::kBlockN) * kTileWords;
+    const int64_t words = p.keep_bits.classes * masked_entries(p) * entry_words<int64_t>(p);
     return words * 4 <= kMaxBytes ? words : 0;
   }
 
@@ -57,7 +69,7 @@ struct KeepBitsTable {
 
 // Where one work unit's tiles lie in the table, for one thread: the words of
 // the tile at entry e (its place among the masked entries) and key sub-tile
-// s start at first + e * entry_words(p) + s * kTileWords. `first` is made
+// s start at first + e * Table::entry_words(p) + s * kTileWords. `first` is made
 // once per unit (query head h, query tile q_tile), so that a tile's address
 // costs two multiply-adds; zero where the call has no table.
 template <typename Tr, int kThreads>
@@ -79,24 +91,18 @@ struct KeepBitsRows {
     const int32_t head_class = static_cast<int32_t>(h) % p.keep_bits.classes;
     const int32_t q_tiles_per_block = static_cast<int32_t>(p.plan.blocks.block_q / Tr::kBlockM);
     KeepBitsRows rows;
-    rows.first = head_class * static_cast<int32_t>(p.keep_bits.masked_entries) * entry_words(p) +
-                 static_cast<int32_t>(q_tile) % q_tiles_per_block * q_tile_words(p) + thread * Table::kWords;
+    rows.first = head_class * static_cast<int32_t>(p.keep_bits.masked_entries) *
+                     Table::template entry_words<int32_t>(p) +
+                 static_cast<int32_t>(q_tile) % q_tiles_per_block * Table::template q_tile_words<int32_t>(p) +
+                 thread * Table::kWords;
     return rows;
-  }
-
-  // The words of one query tile of an entry (its key tiles), and of an entry.
-  static __device__ __forceinline__ int32_t q_tile_words(const FwdParams& p) {
-    return static_cast<int32_t>(p.plan.blocks.block_k / Tr::kBlockN) * kTileWords;
-  }
-  static __device__ __forceinline__ int32_t entry_words(const FwdParams& p) {
-    return static_cast<int32_t>(p.plan.blocks.block_q / Tr::kBlockM) * q_tile_words(p);
   }
 
   // The first of this thread's words of the tile at `walk`.
   __device__ __forceinline__ int32_t at(const FwdParams& p, const TileWalk& walk) const {
     const int32_t entry =
         p.exclude.kind == Exclusion::FullRuns ? static_cast<int32_t>(walk.at) : p.plan.partial_slots[walk.at];
-    return first + entry * entry_words(p) + static_cast<int32_t>(walk.sub) * kTileWords;
+    return first + entry * Table::template entry_words<int32_t>(p) + static_cast<int32_t>(walk.sub) * kTileWords;
   }
 };
 

@@ -410,6 +410,8 @@ HostTilePlan make_tile_plan(const BlockMask& mask, TileShape tile, std::shared_p
   require((derived != nullptr) == !is_direct(mask, tile), "CUDA backend: the tile plan of a ", mask.block_q(),
           " x ", mask.block_k(), " block mask for a ", tile.rows, " x ", tile.cols, " tile ",
           derived ? "walks the mask itself" : "needs the mask at tile granularity");
+  require(split.tail_rows == 0 || split.tail_piece_tiles > 0, "CUDA backend: a plan splitting its last ",
+          split.tail_rows, " rows needs tail_piece_tiles > 0, got ", split.tail_piece_tiles);
   HostTilePlan plan;
   plan.derived = std::move(derived);
   plan.sub = sub_grid(mask, tile);

@@ -168,16 +168,21 @@ TEST(CudaTilePlan, KeepsRowsWholeUpToTheCallsShare) {
   const int64_t plain_piece = cuda_detail::split_piece_tiles(cuda_detail::tile_plan_key_tiles(bigbird, tile), 256);
   EXPECT_EQ(plain_piece, cuda_detail::kMinSplitTiles);  // twice the average row is less
   EXPECT_EQ(plain.split_rows[0].pieces, 256 / plain_piece);
-  const HostTilePlan whole = cuda_detail::make_tile_plan(bigbird, tile, PlanSplit{0, cuda_detail::kMinFillPieceTiles, 256});
+  const auto whole_rows = [](int64_t tiles) {
+    PlanSplit split;
+    split.whole_row_tiles = tiles;
+    return split;
+  };
+  const HostTilePlan whole = cuda_detail::make_tile_plan(bigbird, tile, whole_rows(256));
   EXPECT_TRUE(whole.split_rows.empty());
   EXPECT_EQ(whole.items.size(), 256u);
   EXPECT_EQ(whole.max_item_entries, 256);
   expect_items_cover_every_row_once(bigbird, whole, tile);
-  const HostTilePlan halves = cuda_detail::make_tile_plan(bigbird, tile, PlanSplit{0, cuda_detail::kMinFillPieceTiles, 128});
+  const HostTilePlan halves = cuda_detail::make_tile_plan(bigbird, tile, whole_rows(128));
   ASSERT_EQ(halves.split_rows.size(), 2u);
   for (const cuda_detail::SplitRow& split : halves.split_rows) EXPECT_EQ(split.pieces, 2);
   expect_items_cover_every_row_once(bigbird, halves, tile);
-  const HostTilePlan below = cuda_detail::make_tile_plan(bigbird, tile, PlanSplit{0, cuda_detail::kMinFillPieceTiles, 16});
+  const HostTilePlan below = cuda_detail::make_tile_plan(bigbird, tile, whole_rows(16));
   ASSERT_EQ(below.items.size(), plain.items.size());
   EXPECT_EQ(below.split_rows.size(), plain.split_rows.size());
   EXPECT_EQ(below.split_rows[0].pieces, plain.split_rows[0].pieces);
@@ -224,7 +229,8 @@ TEST(CudaTilePlan, SpreadsTheLastRoundOfEqualRows) {
   PlanSplit tail;
   tail.tail_rows = 256;
   tail.tail_piece_tiles = 64;
-  const HostTilePlan plain = cuda_detail::make_tile_plan(bigbird, tile), tailed = cuda_detail::make_tile_plan(bigbird, tile, tail);
+  const HostTilePlan plain = cuda_detail::make_tile_plan(bigbird, tile);
+  const HostTilePlan tailed = cuda_detail::make_tile_plan(bigbird, tile, tail);
   ASSERT_EQ(tailed.split_rows.size(), plain.split_rows.size());
   EXPECT_EQ(tailed.split_rows[0].pieces, plain.split_rows[0].pieces);
   EXPECT_EQ(tailed.items.size(), plain.items.size());
@@ -244,7 +250,8 @@ TEST(CudaTilePlan, SplitsFewLongRowsToFillTheDevice) {
   // One query tile over 128 key tiles (a decoding step over 16K keys).
   const BlockMask decode = BlockMask::build(Pattern::dense(), MaskShape{100, 16384, 128, 128, 1});
   ASSERT_EQ(cuda_detail::make_tile_plan(decode, tile).items.size(), 1u);
-  const HostTilePlan nine = cuda_detail::make_tile_plan(decode, tile, PlanSplit{9});  // pieces of ceil(128 / 9) = 15 tiles
+  // Asked for 9 items: pieces of ceil(128 / 9) = 15 tiles.
+  const HostTilePlan nine = cuda_detail::make_tile_plan(decode, tile, PlanSplit{9});
   EXPECT_EQ(nine.items.size(), 9u);
   ASSERT_EQ(nine.split_rows.size(), 1u);
   EXPECT_EQ(nine.split_rows[0].pieces, 9);
@@ -448,7 +455,8 @@ TEST(CudaTilePlan, StaticStrideOnlyForItemsOfEqualLength) {
     return cuda_detail::items_of_equal_length(p);
   };
   const BlockMask decode = BlockMask::build(Pattern::dense(), MaskShape{1, 16384, 128, 128, 1});
-  const HostTilePlan pieces = cuda_detail::make_tile_plan(decode, tile, PlanSplit{9});  // 128 tiles in pieces of 14 or 15
+  // 128 tiles in 9 pieces of 14 or 15.
+  const HostTilePlan pieces = cuda_detail::make_tile_plan(decode, tile, PlanSplit{9});
   ASSERT_EQ(pieces.items.size(), 9u);
   EXPECT_EQ(pieces.max_item_entries - pieces.min_item_entries, 1);
   EXPECT_TRUE(equal(pieces, false));

@@ -614,7 +614,8 @@ __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Tenso
     const auto table_rows =
         KeepBitsRows<Tr, Tr::kConsumerThreads>::of_unit(p, w.h, q0 / Tr::kBlockM, warp * 32 + lane);
     // Keep bits of the tile (all on a full tile without exclusion), computed before S is live.
-    KeepBits<Tr> keep = active ? tile_keep_bits<Tr, Tr::kConsumerThreads>(p, table_rows, expr, tile, full, seq, w.h, q0, k0, warp, lane)
+    KeepBits<Tr> keep = active ? tile_keep_bits<Tr, Tr::kConsumerThreads>(p, table_rows, expr, tile, full, seq,
+                                                                           w.h, q0, k0, warp, lane)
                                : KeepBits<Tr>::none();
     float s[1][Tr::kNAtoms][4];
     uint32_t pa[Tr::kBlockN / 16][4];

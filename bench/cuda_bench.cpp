@@ -19,9 +19,11 @@
 // per-head mix, the first half of the heads causal (full attention), the
 // rest streaming 128 + 4096 (DuoAttention's retrieval and streaming heads);
 // allblocks = a custom block mask that keeps every block (density 1, to set
-// against dense); seed-streaming = streaming (16 sinks, 64 window); seed-blockdiag =
-// block-diagonal 16 (the custom-block cases random, random-causal, bigbird and
-// allblocks need Lq = Lk). --dump-dir writes each block-level mask as
+// against dense); blockdiag-N = block-diagonal with diagonal blocks of N
+// tokens (rows of N / block kept blocks, all full: what a work unit of that
+// many key tiles costs beside dense's); seed-streaming = streaming (16
+// sinks, 64 window); seed-blockdiag = block-diagonal 16 (the custom-block
+// cases random, random-causal, bigbird and allblocks need Lq = Lk). --dump-dir writes each block-level mask as
 // <case>_blocks.u8 (rows x cols bytes, 1 = kept) so the peer script can give
 // FlexAttention exactly the same blocks.
 //
@@ -161,6 +163,15 @@ Pattern make_pattern(const std::string& name, const Options& o) {
   if (name == "window512") return Pattern::sliding_window(512);
   if (name == "seed-streaming") return Pattern::streaming(16, 64);
   if (name == "seed-blockdiag") return Pattern::block_diagonal(16);
+  const std::string diag = "blockdiag-";
+  if (name.rfind(diag, 0) == 0) {
+    const std::string tokens = name.substr(diag.size());
+    require(!tokens.empty() && tokens.find_first_not_of("0123456789") == std::string::npos && tokens.size() < 12,
+            "case '", name, "': expected blockdiag-N with N the tokens of a diagonal block");
+    const int64_t block = std::stoll(tokens);
+    require(block > 0, "case '", name, "': the diagonal block must hold at least one token");
+    return Pattern::block_diagonal(block);
+  }
   fail("unknown case '", name, "'");
 }
 

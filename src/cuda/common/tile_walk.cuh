@@ -46,10 +46,34 @@ struct TileWalk {
   }
 
   // valid(), and the tile (of `tile_cols` keys) starts below key `key_end`:
-  // the end of a varlen sequence shorter than the mask.
+  // the end of a varlen sequence shorter than the mask. The sm80 kernel
+  // steers by this form, which reads the index twice: written as
+  // key_tile_or_end(...) >= 0, it ran 1.0-1.7% slower on every case measured
+  // (docs/cuda.md, measurement note 35).
   __device__ __forceinline__ bool valid(const DeviceTilePlanView& plan, int64_t tiles_per_block, int64_t tile_cols,
                                         int64_t key_end) const {
     return valid(plan, tiles_per_block) && key_tile(plan, tiles_per_block) * tile_cols < key_end;
+  }
+
+  // The key tile at the walk's position, or -1 where valid() is false, with
+  // the index read once (what the sm90 consumers steer by).
+  __device__ __forceinline__ int64_t key_tile_or_end(const DeviceTilePlanView& plan, int64_t tiles_per_block,
+                                                     int64_t tile_cols, int64_t key_end) const {
+    if (at >= end) return -1;
+    const int64_t tile = key_tile(plan, tiles_per_block);
+    return tile < plan.num_k_tiles && tile * tile_cols < key_end ? tile : -1;
+  }
+
+  // key_tile_or_end and whether the block is full, both read at once (two
+  // loads in flight together rather than one after the other).
+  struct Peek {
+    int64_t key_tile;  // -1 past the end
+    bool full;
+  };
+  __device__ __forceinline__ Peek peek(const DeviceTilePlanView& plan, int64_t tiles_per_block, int64_t tile_cols,
+                                       int64_t key_end) const {
+    if (at >= end) return {-1, false};
+    return {key_tile_or_end(plan, tiles_per_block, tile_cols, key_end), full(plan)};
   }
 
   __device__ __forceinline__ void advance(int64_t tiles_per_block) {

@@ -255,7 +255,8 @@ __device__ __forceinline__ void load_unit(const FwdParams& p, const Sm90TensorMa
   const SequenceSpan seq = sequence_span(p, w.b);
   const int64_t q0 = w.row0 - seq.mask_row_offset;
   TileWalk walk = TileWalk::entries(w.item.begin, w.item.end);
-  if (!seq.tile_has_rows(q0, Tr::kBlockM) || !walk.valid(plan, tiles_per_block, Tr::kBlockN, seq.k_len)) return;
+  if (!seq.tile_has_rows(q0, Tr::kBlockM) || walk.key_tile_or_end(plan, tiles_per_block, Tr::kBlockN, seq.k_len) < 0)
+    return;
   const int32_t residue = p.head_residue(w.h);  // of the query head, for Q, K and V
   bool q_loaded = false;
   do {
@@ -280,7 +281,7 @@ __device__ __forceinline__ void load_unit(const FwdParams& p, const Sm90TensorMa
     }
     slot.advance();
     walk.advance(tiles_per_block);
-  } while (walk.valid(plan, tiles_per_block, Tr::kBlockN, seq.k_len));
+  } while (walk.key_tile_or_end(plan, tiles_per_block, Tr::kBlockN, seq.k_len) >= 0);
 }
 
 // The producer thread: draws and locates each work unit, posts it to the
@@ -583,7 +584,8 @@ __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Tenso
   clear_output<Tr>(o);
 
   TileWalk tile = TileWalk::entries(w.item.begin, w.item.end);
-  if (tile.valid(plan, tiles_per_block, Tr::kBlockN, seq.k_len)) {
+  const TileWalk::Peek first = tile.peek(plan, tiles_per_block, Tr::kBlockN, seq.k_len);
+  if (first.key_tile >= 0) {
     // The current tile (`tile`, its first key, whether it is full and holds
     // kept pairs in this warpgroup's rows) and the next one, whose plan
     // entries are read while the current tile's products run, so that no
@@ -594,8 +596,8 @@ __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Tenso
       if constexpr (!Tr::kSkipsEmptyGroupTiles) return true;
       return warp_uniform(static_cast<int>(rows_hold_kept_blocks(p, t, group_row0, Tr::kGroupRows))) != 0;
     };
-    int64_t k0 = warp_uniform(tile.key_tile(plan, tiles_per_block)) * Tr::kBlockN;
-    bool full = warp_uniform(static_cast<int>(tile.full(plan)));
+    int64_t k0 = warp_uniform(first.key_tile) * Tr::kBlockN;
+    bool full = warp_uniform(static_cast<int>(first.full));
     bool active = holds_kept_pairs(tile);
     TileWalk next = tile;
     bool has_next = false, next_full = true, next_active = true;
@@ -603,10 +605,11 @@ __device__ __forceinline__ void consume_unit(const FwdParams& p, const Sm90Tenso
     const auto read_next = [&] {
       next = tile;
       next.advance(tiles_per_block);
-      has_next = warp_uniform(static_cast<int>(next.valid(plan, tiles_per_block, Tr::kBlockN, seq.k_len)));
+      const TileWalk::Peek ahead = next.peek(plan, tiles_per_block, Tr::kBlockN, seq.k_len);
+      has_next = warp_uniform(static_cast<int>(ahead.key_tile >= 0));
       if (has_next) {
-        next_k0 = warp_uniform(next.key_tile(plan, tiles_per_block)) * Tr::kBlockN;
-        next_full = warp_uniform(static_cast<int>(next.full(plan)));
+        next_k0 = warp_uniform(ahead.key_tile) * Tr::kBlockN;
+        next_full = warp_uniform(static_cast<int>(ahead.full));
         next_active = holds_kept_pairs(next);
       }
     };
@@ -730,8 +733,9 @@ struct SteeringTile {
                                                        int64_t tiles_per_block, int64_t block_n, int64_t k_len) {
     SteeringTile t;
     t.walk = walk;
-    t.valid = warp_uniform(static_cast<int>(t.walk.valid(plan, tiles_per_block, block_n, k_len)));
-    if (t.valid) t.k0 = warp_uniform(t.walk.key_tile(plan, tiles_per_block)) * block_n;
+    const int64_t key_tile = t.walk.key_tile_or_end(plan, tiles_per_block, block_n, k_len);
+    t.valid = warp_uniform(static_cast<int>(key_tile >= 0));
+    if (t.valid) t.k0 = warp_uniform(key_tile) * block_n;
     return t;
   }
   __device__ __forceinline__ static SteeringTile after(const TileWalk& before, const DeviceTilePlanView& plan,

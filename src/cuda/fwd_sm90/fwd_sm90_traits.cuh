@@ -118,7 +118,7 @@ struct Sm90Traits {
   static constexpr uint32_t kKOffset = kQBytes;
   static constexpr uint32_t kVOffset = kKOffset + kStages * kKVBytes;
   // Whether a unit's output goes through shared memory and the TMA
-  // (post_output and store_outputs in fwd_sm90_kernel.cuh, where the call
+  // (post_output and store_outputs in fwd_sm90_output.cuh, where the call
   // allows it): a buffer laid out as Q's, which the tiles up to D = 128 have
   // room for; D = 256 has none, the three-group tile's consumers (160 registers)
   // spilled 98 bytes with it, and the permuted pass of a dilated split

@@ -6,21 +6,30 @@
 # notes (C7510-C7515: too few registers, accumulators touched while a
 # product may run, calls, ...), which cost the kernel 10-30% and are
 # otherwise only an info line in a build log. Prints each kernel's stack
-# frame and spills. Needs nvcc, no GPU (CTest label cpu).
+# frame and spills. Needs nvcc, no GPU (CTest label cpu, which passes the
+# build's own flags for the sm90 object library).
 #
-#   tests/cuda/check_sm90_ptxas.sh NVCC SOURCE_ROOT INSTANTIATION.cu...
+#   tests/cuda/check_sm90_ptxas.sh NVCC SOURCE_ROOT [NVCC_FLAG...] -- INSTANTIATION.cu...
 set -uo pipefail
-[ $# -ge 3 ] || { echo "usage: check_sm90_ptxas.sh NVCC SOURCE_ROOT INSTANTIATION.cu..." >&2; exit 2; }
+usage="usage: check_sm90_ptxas.sh NVCC SOURCE_ROOT [NVCC_FLAG...] -- INSTANTIATION.cu..."
+[ $# -ge 4 ] || { echo "$usage" >&2; exit 2; }
 nvcc=$1 root=$2
 shift 2
+flags=()
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+  flags+=("$1")
+  shift
+done
+[ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }
+shift
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 compile() {  # compile SOURCE: ptxas's report of one instantiation into $work/NAME.ptxas
   local name
   name=$(basename "$1" .cu)
-  "$nvcc" -std=c++17 -O3 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a -I"$root/include" -I"$root/src" \
-    -Xptxas -v -c "$1" -o "$work/$name.o" > "$work/$name.ptxas" 2>&1 || echo "compile failed" >> "$work/$name.ptxas"
+  "$nvcc" "${flags[@]}" -I"$root/include" -I"$root/src" -Xptxas -v -c "$1" -o "$work/$name.o" \
+    > "$work/$name.ptxas" 2>&1 || echo "compile failed" >> "$work/$name.ptxas"
 }
 jobs=$(nproc 2>/dev/null || echo 2)
 for source in "$@"; do

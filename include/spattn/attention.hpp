@@ -7,6 +7,14 @@
 // A row with no allowed key gets output 0 and LSE -inf. Inputs share one dtype;
 // out may be any dtype. Inputs are validated and bad ones rejected with
 // spattn::Error naming the parameter.
+//
+// Non-finite inputs, the same on every backend: only the scores of allowed
+// pairs are computed (masked pairs are never read, as in FlexAttention). A
+// NaN or +inf score makes its row's output and LSE NaN (as SDPA); a -inf
+// score weighs 0, like a masked key, so a row whose allowed scores are all
+// -inf gives 0 and LSE -inf (as SDPA's math backend and FlexAttention). A
+// non-finite value v_j at a key its row weighs above 0 makes that row's
+// output non-finite; at a key of weight 0 what it gives is not specified.
 #pragma once
 
 #include <optional>

@@ -56,7 +56,8 @@ void naive_dense_attention(const TensorView& q, const TensorView& k, const Tenso
         float row_sum = 0.f;
         std::fill(acc.begin(), acc.end(), 0.f);
         for (int64_t j = 0; j < Lk; ++j) {
-          if (!keep[j]) continue;
+          // A score of -inf weighs 0, like a masked key (and exp(-inf - -inf) would be NaN).
+          if (!keep[j] || scores[i * Lk + j] == -std::numeric_limits<float>::infinity()) continue;
           const float w = std::exp(scores[i * Lk + j] - row_max);
           row_sum += w;
           for (int64_t d = 0; d < D; ++d) acc[d] += w * static_cast<float>(v.load(b, kv_head, j, d));

@@ -5,6 +5,8 @@
 // pattern predicate, and runs an online softmax in fp64: running max m, sum l
 // and accumulator acc, rescaled whenever the max grows. Streamed per row: no
 // score matrix is stored. Rows with no allowed key give 0 and LSE -inf.
+// Non-finite scores follow IEEE arithmetic (attention.hpp): a NaN or +inf
+// score makes its row NaN, a -inf score weighs 0.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -42,6 +44,7 @@ void reference_attention(const TensorView& q, const TensorView& k, const TensorV
             double score = 0.0;
             for (int64_t d = 0; d < D; ++d) score += q_row[d] * k.load(b, kv_head, j, d);
             score *= scale;
+            if (score == -std::numeric_limits<double>::infinity()) continue;  // weighs 0, as a masked key
             if (score > running_max) {
               const double rescale = std::exp(running_max - score);
               running_sum *= rescale;

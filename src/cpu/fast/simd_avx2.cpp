@@ -37,9 +37,11 @@ struct Avx2 {
 
   // 2^x: x = n + f with n = round(x), |f| <= 1/2; 2^f = 1 + f * q(f) with the
   // same minimax polynomial as the AVX-512 kernel, times 2^n built in the
-  // exponent field. x is clamped to [-127, 127]; x <= -127 (and -inf) gives 0.
+  // exponent field. x is clamped to [-127, 127]; x <= -127 (and -inf) gives 0;
+  // NaN stays NaN (vmaxps and vminps return their second operand when either
+  // is NaN, so x goes second).
   SPATTN_SIMD_INLINE Reg exp2(Reg x) {
-    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
+    x = _mm256_min_ps(_mm256_set1_ps(127.0f), _mm256_max_ps(_mm256_set1_ps(-127.0f), x));
     const Reg n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const Reg f = _mm256_sub_ps(x, n);
     Reg p = _mm256_set1_ps(1.3264727313e-03f);

@@ -38,9 +38,10 @@ struct Avx512 {
   // 2^x: x = n + f with n = round(x), |f| <= 1/2; 2^f = 1 + f * q(f) with q
   // of degree 4 fitted for minimax relative error (below 2e-7 evaluated in
   // fp32, and exactly 1 at f = 0), then scaled by 2^n with vscalefps. Inputs
-  // below -200 (and -inf) give 0.
+  // below -200 (and -inf) give 0; NaN stays NaN (vmaxps returns its second
+  // operand when either is NaN, so x goes second).
   SPATTN_SIMD_INLINE Reg exp2(Reg x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-200.0f));
+    x = _mm512_max_ps(_mm512_set1_ps(-200.0f), x);
     const Reg n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const Reg f = _mm512_sub_ps(x, n);
     Reg p = _mm512_set1_ps(1.3264727313e-03f);

@@ -50,9 +50,10 @@ struct Portable {
 
   // 2^x as on the other paths: n = round(x) (floor of x + 1/2), the minimax
   // polynomial 1 + f * q(f), 2^n built in the exponent field; x is clamped
-  // to [-127, 127] and x <= -127 gives 0.
+  // to [-127, 127] and x <= -127 gives 0; NaN stays NaN (both comparisons
+  // are false for it).
   SPATTN_SIMD_INLINE Reg exp2(Reg x) {
-    x = max(x, set1(-127.0f));
+    x = select(x < set1(-127.0f), set1(-127.0f), x);
     x = select(x > set1(127.0f), set1(127.0f), x);
     const Reg y = x + set1(0.5f);
     Int n = __builtin_convertvector(y, Int);  // truncates toward zero

@@ -121,7 +121,8 @@ __device__ __forceinline__ void softmax_update(float (&s)[Tr::kMAtoms][Tr::kNAto
 
 // The end of one row of this thread (atom a, half): the row sum over the four
 // threads of its quad, the factor 1 / sum that normalises O (0 for a row with
-// no allowed key) and the natural-log LSE (-inf for such a row).
+// no allowed key, whose sum is 0) and the natural-log LSE (-inf for such a
+// row). A NaN sum (a NaN or +inf score) keeps the row NaN in both.
 struct RowEnd {
   float inv, lse;
 };
@@ -131,7 +132,8 @@ __device__ __forceinline__ RowEnd finish_row(const float (&m)[Tr::kMAtoms][2], c
   float sum = l[a][half];
   sum += __shfl_xor_sync(0xffffffffu, sum, 1);
   sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-  return {sum > 0.0f ? 1.0f / sum : 0.0f, sum > 0.0f ? (m[a][half] + __log2f(sum)) * kLn2 : kNegInf};
+  const bool empty = sum == 0.0f;
+  return {empty ? 0.0f : 1.0f / sum, empty ? kNegInf : (m[a][half] + __log2f(sum)) * kLn2};
 }
 
 // One butterfly step of quad_transpose with lane ^ `partner`: the thread

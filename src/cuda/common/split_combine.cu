@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(kCombineThreads) split_combine_kernel(const Fw
     }
   }
   float lse = neg_inf;
-  if (total > 0.0f) {
+  if (total != 0.0f) {  // 0: no piece has a key; NaN (a NaN piece) stays NaN
     lse = top + __logf(total);
     const float inv = 1.0f / total;
     acc.x *= inv;

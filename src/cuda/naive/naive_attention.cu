@@ -60,6 +60,7 @@ __global__ void __launch_bounds__(kThreadsPerCta) naive_kernel(const FwdParams p
       float score = 0.0f;
       for (int64_t d = 0; d < D; ++d) score += to_float(q[d]) * to_float(k[d]);
       score *= p.scale;
+      if (score == -__builtin_huge_valf()) continue;  // weighs 0, as a masked key
       if (score > running_max) {
         const float rescale = __expf(running_max - score);
         running_sum *= rescale;
@@ -71,11 +72,12 @@ __global__ void __launch_bounds__(kThreadsPerCta) naive_kernel(const FwdParams p
       for (int64_t d = 0; d < D; ++d) acc[d] += weight * to_float(v[d]);
     }
   }
-  const float inv = running_sum > 0.0f ? 1.0f / running_sum : 0.0f;
+  const bool empty = running_sum == 0.0f;  // no allowed key; a NaN sum keeps the row NaN
+  const float inv = empty ? 0.0f : 1.0f / running_sum;
   const int64_t out_row = p.out.row_offset(b, h, i);
   for (int64_t d = 0; d < D; ++d) store<T>(p.out.data, out_row + d, acc[d] * inv, p.out_f32);
   if (p.lse != nullptr)
-    *p.lse_at(b, h, i) = running_sum > 0.0f ? running_max + __logf(running_sum) : -__builtin_huge_valf();
+    *p.lse_at(b, h, i) = empty ? -__builtin_huge_valf() : running_max + __logf(running_sum);
 }
 
 template <typename T>

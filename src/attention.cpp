@@ -9,32 +9,13 @@
 #include <limits>
 
 #include "spattn/error.hpp"
+#include "tensor_checks.hpp"
 
 #if defined(SPATTN_WITH_CUDA)
 #include "spattn/cuda.hpp"
 #endif
 
 namespace spattn {
-namespace {
-
-constexpr int64_t kMaxOffset = std::numeric_limits<int64_t>::max() / 4;
-
-void validate_tensor(const TensorView& t, const char* name) {
-  require(t.data != nullptr, name, " has a null data pointer");
-  static const char* axes[4] = {"batch", "heads", "seq_len", "head_dim"};
-  int64_t max_offset = 0;
-  for (int axis = 0; axis < 4; ++axis) {
-    require(t.shape[axis] > 0, name, " ", axes[axis], " must be > 0, got ", t.shape[axis]);
-    const int64_t stride = t.stride[axis] < 0 ? -t.stride[axis] : t.stride[axis];
-    require(stride <= kMaxOffset / t.shape[axis], name, " ", axes[axis], " (", t.shape[axis],
-            ") times its stride (", t.stride[axis], ") overflows 64-bit offsets");
-    require(max_offset <= kMaxOffset - (t.shape[axis] - 1) * stride, name,
-            " spans more elements than 64-bit offsets can address");
-    max_offset += (t.shape[axis] - 1) * stride;
-  }
-}
-
-}  // namespace
 
 Backend parse_backend(const std::string& name) {
   if (name == "auto") return Backend::Auto;
@@ -119,10 +100,7 @@ void validate_tensors(const TensorView& q, const TensorView& k, const TensorView
           q.head_dim(), ")");
   require(v.head_dim() == q.head_dim(), "v head_dim (", v.head_dim(), ") must equal q head_dim (",
           q.head_dim(), ")");
-  for (int axis = 0; axis < 4; ++axis)
-    require(out.shape[axis] == q.shape[axis], "out shape (", out.shape[0], ", ", out.shape[1], ", ",
-            out.shape[2], ", ", out.shape[3], ") must equal q shape (", q.shape[0], ", ", q.shape[1],
-            ", ", q.shape[2], ", ", q.shape[3], ")");
+  require_same_shape(out, "out", q, "q");
   if (lse) {
     validate_tensor(*lse, "lse");
     require(lse->dtype == DType::F32, "lse dtype must be fp32, got ", dtype_name(lse->dtype));

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "spattn/attention.hpp"
+#include "spattn/backward.hpp"
 #include "spattn/block_mask.hpp"
 #include "spattn/dtype.hpp"
 #include "spattn/error.hpp"

@@ -1,0 +1,56 @@
+// spattn/backward.hpp - gradients of attention() (the backward pass).
+//
+// attention_backward(q, k, v, out, lse, d_out, grads, mask) writes
+//   dq = dL/dq, dk = dL/dk, dv = dL/dv
+// for a loss L whose gradient with respect to attention()'s output is d_out
+// (and, optionally, with respect to its LSE is d_lse), given the same q, k, v,
+// mask and scale and the forward's out and lse. With P the softmax weights of
+// the allowed pairs (P = exp(s - lse), s = scale * q.k),
+//   dv_j = sum_i P_ij d_out_i,  dP_ij = d_out_i . v_j,
+//   dS_ij = P_ij (dP_ij - delta_i),  delta_i = d_out_i . out_i - d_lse_i,
+//   dq_i = scale * sum_j dS_ij k_j,  dk_j = scale * sum_i dS_ij q_i,
+// with dk and dv summed over the query heads that share a kv head (GQA).
+// Rows with no allowed key (lse -inf) contribute nothing; a NaN row (NaN
+// lse) spreads NaN into the gradients of everything it read. dq, dk and dv
+// are overwritten (any dtype, shapes of q, k and v); the result does not
+// depend on the thread count.
+//
+// Backends: Reference (fp64 accumulation, the oracle) and Cpu (fp32
+// accumulation over the mask's blocks: one pass over key blocks for dk and dv
+// through the key-major lists of the mask, one over query blocks for dq).
+// Auto picks Cpu for host tensors, Reference for fp64 ones. The CUDA backend
+// has no backward pass yet: asking for it is an error.
+#pragma once
+
+#include "spattn/attention.hpp"
+
+namespace spattn {
+
+struct AttentionGrads {
+  TensorView dq, dk, dv;
+};
+
+// Throws spattn::Error if the tensors, the mask and the options do not fit together.
+void validate_attention_backward(const TensorView& q, const TensorView& k, const TensorView& v,
+                                 const TensorView& out, const TensorView& lse, const TensorView& d_out,
+                                 const AttentionGrads& grads, const BlockMask& mask,
+                                 const TensorView* d_lse);
+
+void attention_backward(const TensorView& q, const TensorView& k, const TensorView& v,
+                        const TensorView& out, const TensorView& lse, const TensorView& d_out,
+                        const AttentionGrads& grads, const BlockMask& mask,
+                        const AttentionOptions& options = {}, const TensorView* d_lse = nullptr);
+
+// ---- backends (called by attention_backward() after validation) ----
+
+void reference_attention_backward(const TensorView& q, const TensorView& k, const TensorView& v,
+                                  const TensorView& out, const TensorView& lse, const TensorView& d_out,
+                                  const AttentionGrads& grads, const BlockMask& mask, double scale,
+                                  const TensorView* d_lse);
+
+void cpu_attention_backward(const TensorView& q, const TensorView& k, const TensorView& v,
+                            const TensorView& out, const TensorView& lse, const TensorView& d_out,
+                            const AttentionGrads& grads, const BlockMask& mask, double scale,
+                            const TensorView* d_lse);
+
+}  // namespace spattn

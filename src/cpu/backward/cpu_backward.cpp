@@ -1,0 +1,227 @@
+// cpu_backward.cpp - the fast CPU backward pass (spattn/backward.hpp).
+//
+// fp32 accumulation over tiles of at most kTileRows query rows and kTileKeys
+// keys inside the mask's blocks, recomputing P from the forward's LSE (no
+// score matrix is kept between tiles). Three passes, OpenMP over tasks that
+// each own what they write, so the result does not depend on the thread count:
+//   1. delta_i = d_out_i . out_i - d_lse_i for every row;
+//   2. dk, dv: a task per (batch, kv head, key tile); it walks the query
+//      blocks that keep its key block (the key-major plan) for every query
+//      head of its kv head, in a fixed order;
+//   3. dq: a task per (batch, query head, query tile) over its row's kept
+//      blocks (the forward lists).
+// Pairs of partial blocks are tested with the pattern predicate.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "cpu/backward/tile_grad.hpp"
+#include "cpu/fast/element_access.hpp"
+#include "pattern/key_major_plan.hpp"
+#include "spattn/backward.hpp"
+
+namespace spattn {
+namespace {
+
+using cpu_backward::kTileKeys;
+using cpu_backward::kTileRows;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Rows [first, first + count) of (b, h) of t into dst (count x D floats).
+void stage_rows(const TensorView& t, int64_t b, int64_t h, int64_t first, int64_t count, float* dst) {
+  cpu_fast::with_loader(t, [&](const auto& load) {
+    for (int64_t r = 0; r < count; ++r) {
+      const int64_t base = t.offset(b, h, first + r, 0);
+      for (int64_t d = 0; d < t.head_dim(); ++d) dst[r * t.head_dim() + d] = load(base + d * t.stride[3]);
+    }
+  });
+}
+
+// Rows [first, first + count) of (b, h) of t transposed into dst (D x kTileKeys).
+void stage_transposed(const TensorView& t, int64_t b, int64_t h, int64_t first, int64_t count, float* dst) {
+  cpu_fast::with_loader(t, [&](const auto& load) {
+    for (int64_t r = 0; r < count; ++r) {
+      const int64_t base = t.offset(b, h, first + r, 0);
+      for (int64_t d = 0; d < t.head_dim(); ++d) dst[d * kTileKeys + r] = load(base + d * t.stride[3]);
+    }
+  });
+}
+
+// rows x D floats of src, times `factor`, into rows [first, first + count) of (b, h) of t.
+void store_rows(const TensorView& t, int64_t b, int64_t h, int64_t first, int64_t count, const float* src,
+                float factor) {
+  cpu_fast::with_storer(t, [&](const auto& store) {
+    for (int64_t r = 0; r < count; ++r) {
+      const int64_t base = t.offset(b, h, first + r, 0);
+      for (int64_t d = 0; d < t.head_dim(); ++d) store(base + d * t.stride[3], src[r * t.head_dim() + d] * factor);
+    }
+  });
+}
+
+// One tile's inputs: query-side rows and key-side keys, staged as fp32.
+struct TileScratch {
+  std::vector<float> q, d_out, lse, delta;  // query side
+  std::vector<float> k, k_t, v_t;           // key side
+  std::vector<float> p, ds, acc_a, acc_b;
+  std::vector<uint8_t> allowed;
+
+  explicit TileScratch(int64_t D)
+      : q(kTileRows * D), d_out(kTileRows * D), lse(kTileRows), delta(kTileRows), k(kTileKeys * D),
+        k_t(D * kTileKeys), v_t(D * kTileKeys), p(kTileRows * kTileKeys), ds(kTileRows * kTileKeys),
+        acc_a(std::max(kTileRows, kTileKeys) * D), acc_b(kTileKeys * D), allowed(kTileRows * kTileKeys) {}
+};
+
+struct Problem {
+  const TensorView &q, &k, &v, &lse, &d_out;
+  const AttentionGrads& grads;
+  const BlockMaskView plan;
+  const Pattern* pattern;
+  float scale;
+  const std::vector<float>& delta;  // (B, Hq, Lq)
+
+  int64_t query_heads() const { return q.heads(); }
+  int64_t group() const { return q.heads() / k.heads(); }
+  int64_t offset() const { return k.seq_len() - q.seq_len(); }
+
+  // Query rows [i0, i0 + rows) of (b, h): q, d_out, lse, delta.
+  void stage_query_side(int64_t b, int64_t h, int64_t i0, int64_t rows, TileScratch& s) const {
+    stage_rows(q, b, h, i0, rows, s.q.data());
+    stage_rows(d_out, b, h, i0, rows, s.d_out.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      s.lse[r] = static_cast<float>(lse.load(b, h, i0 + r, 0));
+      s.delta[r] = delta[(b * q.heads() + h) * q.seq_len() + i0 + r];
+    }
+  }
+  // The allowed pairs of a partial tile (rows from i0, keys from j0) of head h.
+  const uint8_t* allowed_pairs(bool full, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t keys,
+                               TileScratch& s) const {
+    if (full) return nullptr;
+    const PatternExpr& expr = pattern->expr_for_head(h, q.heads());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < keys; ++c)
+        s.allowed[r * kTileKeys + c] = expr_allows(expr, h, i0 + r, i0 + r + offset(), j0 + c) ? 1 : 0;
+    return s.allowed.data();
+  }
+  void probabilities(const uint8_t* allowed, int64_t rows, int64_t keys, TileScratch& s) const {
+    cpu_backward::tile_probabilities(s.q.data(), s.d_out.data(), s.k_t.data(), s.v_t.data(), s.lse.data(),
+                                     s.delta.data(), allowed, rows, keys, q.head_dim(), scale, s.p.data(),
+                                     s.ds.data());
+  }
+};
+
+std::vector<float> row_deltas(const TensorView& out, const TensorView& d_out, const TensorView* d_lse) {
+  const int64_t B = out.batch(), H = out.heads(), L = out.seq_len(), D = out.head_dim();
+  std::vector<float> delta(static_cast<size_t>(B * H * L));
+#pragma omp parallel
+  {
+    std::vector<float> o(static_cast<size_t>(D)), g(static_cast<size_t>(D));
+#pragma omp for collapse(2)
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < L; ++i) {
+          stage_rows(out, b, h, i, 1, o.data());
+          stage_rows(d_out, b, h, i, 1, g.data());
+          double sum = 0.0;
+          for (int64_t d = 0; d < D; ++d) sum += static_cast<double>(o[d]) * g[d];
+          delta[(b * H + h) * L + i] = static_cast<float>(sum - (d_lse ? d_lse->load(b, h, i, 0) : 0.0));
+        }
+  }
+  return delta;
+}
+
+// dk and dv of keys [j0, j0 + keys) of (b, kvh), all in key block kb.
+void key_tile(const Problem& pr, const KeyMajorPlan& cols, int64_t b, int64_t kvh, int64_t kb, int64_t j0,
+              int64_t keys, TileScratch& s) {
+  const int64_t D = pr.q.head_dim();
+  stage_transposed(pr.k, b, kvh, j0, keys, s.k_t.data());
+  stage_transposed(pr.v, b, kvh, j0, keys, s.v_t.data());
+  float* dk = s.acc_a.data();
+  float* dv = s.acc_b.data();
+  std::fill(dk, dk + keys * D, 0.0f);
+  std::fill(dv, dv + keys * D, 0.0f);
+  for (int64_t h = kvh * pr.group(); h < (kvh + 1) * pr.group(); ++h) {
+    const int64_t c = cols.col(pr.plan.mask_head(h, pr.query_heads()), kb);
+    for (int64_t e = cols.col_begin(c); e < cols.col_end(c); ++e) {
+      const int64_t qb = cols.q_indices[e];
+      for (int64_t i0 = pr.plan.q_first(qb); i0 < pr.plan.q_last(qb); i0 += kTileRows) {
+        const int64_t rows = std::min(kTileRows, pr.plan.q_last(qb) - i0);
+        pr.stage_query_side(b, h, i0, rows, s);
+        pr.probabilities(pr.allowed_pairs(cols.q_full[e] != 0, h, i0, rows, j0, keys, s), rows, keys, s);
+        cpu_backward::accumulate_keys(s.p.data(), s.d_out.data(), rows, keys, D, dv);
+        cpu_backward::accumulate_keys(s.ds.data(), s.q.data(), rows, keys, D, dk);
+      }
+    }
+  }
+  store_rows(pr.grads.dk, b, kvh, j0, keys, dk, pr.scale);
+  store_rows(pr.grads.dv, b, kvh, j0, keys, dv, 1.0f);
+}
+
+// dq of rows [i0, i0 + rows) of (b, h), all in query block qb.
+void query_tile(const Problem& pr, int64_t b, int64_t h, int64_t qb, int64_t i0, int64_t rows, TileScratch& s) {
+  const int64_t D = pr.q.head_dim(), kvh = h / pr.group();
+  pr.stage_query_side(b, h, i0, rows, s);
+  float* dq = s.acc_a.data();
+  std::fill(dq, dq + rows * D, 0.0f);
+  const int64_t r = pr.plan.row(pr.plan.mask_head(h, pr.query_heads()), qb);
+  for (int64_t at = pr.plan.row_begin(r); at < pr.plan.row_end(r); ++at) {
+    const int64_t kb = pr.plan.kv_indices[at];
+    for (int64_t j0 = pr.plan.k_first(kb); j0 < pr.plan.k_last(kb); j0 += kTileKeys) {
+      const int64_t keys = std::min(kTileKeys, pr.plan.k_last(kb) - j0);
+      stage_transposed(pr.k, b, kvh, j0, keys, s.k_t.data());
+      stage_transposed(pr.v, b, kvh, j0, keys, s.v_t.data());
+      stage_rows(pr.k, b, kvh, j0, keys, s.k.data());
+      pr.probabilities(pr.allowed_pairs(pr.plan.kv_full[at] != 0, h, i0, rows, j0, keys, s), rows, keys, s);
+      cpu_backward::accumulate_rows(s.ds.data(), s.k.data(), rows, keys, D, dq);
+    }
+  }
+  store_rows(pr.grads.dq, b, h, i0, rows, dq, pr.scale);
+}
+
+}  // namespace
+
+void cpu_attention_backward(const TensorView& q, const TensorView& k, const TensorView& v,
+                            const TensorView& out, const TensorView& lse, const TensorView& d_out,
+                            const AttentionGrads& grads, const BlockMask& mask, double scale,
+                            const TensorView* d_lse) {
+  const std::vector<float> delta = row_deltas(out, d_out, d_lse);
+  const Problem pr{q, k, v, lse, d_out, grads, mask.view(), mask.pattern(), static_cast<float>(scale), delta};
+  const BlockMaskView& plan = pr.plan;
+  const int64_t B = q.batch(), Hq = q.heads(), Hkv = k.heads(), D = q.head_dim();
+
+  const KeyMajorPlan cols = key_major_plan(plan);
+  const int64_t key_tiles_per_block = ceil_div(plan.block_k, kTileKeys);
+  const int64_t key_tasks = B * Hkv * plan.num_k_blocks * key_tiles_per_block;
+#pragma omp parallel
+  {
+    TileScratch s(D);
+#pragma omp for schedule(dynamic)
+    for (int64_t task = 0; task < key_tasks; ++task) {
+      const int64_t tile = task % key_tiles_per_block;
+      const int64_t kb = task / key_tiles_per_block % plan.num_k_blocks;
+      const int64_t kvh = task / (key_tiles_per_block * plan.num_k_blocks) % Hkv;
+      const int64_t b = task / (key_tiles_per_block * plan.num_k_blocks * Hkv);
+      const int64_t j0 = plan.k_first(kb) + tile * kTileKeys;
+      if (j0 < plan.k_last(kb)) key_tile(pr, cols, b, kvh, kb, j0, std::min(kTileKeys, plan.k_last(kb) - j0), s);
+    }
+  }
+
+  const int64_t query_tiles_per_block = ceil_div(plan.block_q, kTileRows);
+  const int64_t query_tasks = B * Hq * plan.num_q_blocks * query_tiles_per_block;
+#pragma omp parallel
+  {
+    TileScratch s(D);
+#pragma omp for schedule(dynamic)
+    for (int64_t task = 0; task < query_tasks; ++task) {
+      const int64_t tile = task % query_tiles_per_block;
+      const int64_t qb = task / query_tiles_per_block % plan.num_q_blocks;
+      const int64_t h = task / (query_tiles_per_block * plan.num_q_blocks) % Hq;
+      const int64_t b = task / (query_tiles_per_block * plan.num_q_blocks * Hq);
+      const int64_t i0 = plan.q_first(qb) + tile * kTileRows;
+      if (i0 < plan.q_last(qb)) query_tile(pr, b, h, qb, i0, std::min(kTileRows, plan.q_last(qb) - i0), s);
+    }
+  }
+}
+
+}  // namespace spattn

@@ -1,0 +1,71 @@
+// tile_grad.cpp - fp32 tile arithmetic of the CPU backward pass (tile_grad.hpp).
+#include "cpu/backward/tile_grad.hpp"
+
+#include <cmath>
+#include <limits>
+
+#if defined(SPATTN_CPU_X86) && defined(__GNUC__) && !defined(__clang__)
+#define SPATTN_TILE_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define SPATTN_TILE_CLONES
+#endif
+
+namespace spattn::cpu_backward {
+
+SPATTN_TILE_CLONES
+void tile_probabilities(const float* q, const float* d_out, const float* k_t, const float* v_t,
+                        const float* lse, const float* delta, const uint8_t* allowed, int64_t rows,
+                        int64_t keys, int64_t head_dim, float scale, float* p, float* ds) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float* s = p + i * kTileKeys;
+    float* dp = ds + i * kTileKeys;
+    for (int64_t j = 0; j < keys; ++j) s[j] = dp[j] = 0.0f;
+    if (lse[i] == -std::numeric_limits<float>::infinity()) continue;  // a row with no allowed key
+    for (int64_t d = 0; d < head_dim; ++d) {
+      const float qd = q[i * head_dim + d], od = d_out[i * head_dim + d];
+      const float* kd = k_t + d * kTileKeys;
+      const float* vd = v_t + d * kTileKeys;
+      for (int64_t j = 0; j < keys; ++j) {
+        s[j] += qd * kd[j];
+        dp[j] += od * vd[j];
+      }
+    }
+    const float row_lse = lse[i], row_delta = delta[i];
+    const uint8_t* keep = allowed ? allowed + i * kTileKeys : nullptr;
+    for (int64_t j = 0; j < keys; ++j) {
+      const float weight = std::exp(scale * s[j] - row_lse);
+      const bool kept = !keep || keep[j] != 0;
+      s[j] = kept ? weight : 0.0f;
+      dp[j] = kept ? weight * (dp[j] - row_delta) : 0.0f;
+    }
+  }
+}
+
+SPATTN_TILE_CLONES
+void accumulate_rows(const float* a, const float* b, int64_t rows, int64_t keys, int64_t head_dim,
+                     float* acc) {
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < keys; ++j) {
+      const float x = a[i * kTileKeys + j];
+      if (x == 0.0f) continue;
+      const float* bj = b + j * head_dim;
+      float* out = acc + i * head_dim;
+      for (int64_t d = 0; d < head_dim; ++d) out[d] += x * bj[d];
+    }
+}
+
+SPATTN_TILE_CLONES
+void accumulate_keys(const float* a, const float* b, int64_t rows, int64_t keys, int64_t head_dim,
+                     float* acc) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* bi = b + i * head_dim;
+    for (int64_t j = 0; j < keys; ++j) {
+      const float x = a[i * kTileKeys + j];
+      if (x == 0.0f) continue;
+      float* out = acc + j * head_dim;
+      for (int64_t d = 0; d < head_dim; ++d) out[d] += x * bi[d];
+    }
+  }
+}
+
+}  // namespace spattn::cpu_backward

@@ -14,7 +14,7 @@ come from ``spattn.patterns``, ``spattn.BlockMask.from_dense`` or
 ``spattn.dynamic_attention`` choose the blocks from q and k at run time. See
 docs/python.md.
 """
-from spattn import patterns
+from spattn import _autograd, patterns  # noqa: F401 (_autograd registers the gradients)
 from spattn._ops import built_with_cuda
 from spattn.attention import attention, attention_varlen
 from spattn.block_mask import BlockMask

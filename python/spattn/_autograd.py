@@ -1,0 +1,70 @@
+"""Gradients of the spattn operators (``torch.library.register_autograd``).
+
+``spattn::attention`` differentiates through ``spattn::attention_backward``
+(the host backends' backward pass, spattn/backward.hpp) with respect to q, k
+and v, given the gradients of both outputs; the mask is a constant (for
+``dynamic_attention`` the selection is not differentiated, as in top-k sparse
+attention generally). The operators without a backward pass yet, the CUDA
+kernels and the varlen operator, raise when a gradient reaches them instead of
+leaving ``.grad`` silently empty; their forward runs as before, so inference
+with tensors that require grad is unaffected.
+"""
+import torch
+
+from spattn._ops import ops
+
+
+class GradientNotImplementedError(NotImplementedError):
+    """A gradient was asked of an operator that has no backward pass for these tensors yet."""
+
+
+def _no_gradient(what: str):
+    raise GradientNotImplementedError(
+        f"{what} has no backward pass yet, so gradients cannot flow through it; call it under "
+        "torch.no_grad() (or on tensors that do not require grad), or use spattn.attention on CPU tensors, "
+        "which has one")
+
+
+def _attention_setup(ctx, inputs, output):
+    q, k, v, mask_q_len, mask_k_len, block_q, block_k, row_offsets, kv_indices, kv_full, code, t32, t64, \
+        scale, backend = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, row_offsets, kv_indices, kv_full, t32, t64)
+    ctx.mask_args = (mask_q_len, mask_k_len, block_q, block_k)
+    ctx.code, ctx.scale, ctx.backend = code, scale, backend
+
+
+def _attention_backward(ctx, d_out, d_lse):
+    q, k, v, out, lse, row_offsets, kv_indices, kv_full, t32, t64 = ctx.saved_tensors
+    if q.is_cuda:
+        _no_gradient("spattn.attention on CUDA tensors")
+    if d_out is None:
+        d_out = torch.zeros_like(out)
+    if d_lse is None:
+        d_lse = torch.zeros_like(lse)
+    dq, dk, dv = ops.attention_backward(d_out, d_lse, q, k, v, out, lse, *ctx.mask_args, row_offsets,
+                                        kv_indices, kv_full, ctx.code, t32, t64, ctx.scale, ctx.backend)
+    return (dq, dk, dv) + (None,) * 12
+
+
+def _attention_backward_fake(d_out, d_lse, q, k, v, out, lse, mask_q_len, mask_k_len, block_q, block_k,
+                             row_offsets, kv_indices, kv_full, code, table_i32, table_i64, scale, backend):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _save_nothing(ctx, inputs, output):
+    pass
+
+
+def _varlen_backward(ctx, d_out, d_lse):
+    _no_gradient("spattn.attention_varlen")
+
+
+def _dynamic_backward(ctx, d_out, d_lse):
+    _no_gradient("spattn.dynamic_attention on CUDA tensors")
+
+
+torch.library.register_fake("spattn::attention_backward")(_attention_backward_fake)
+torch.library.register_autograd("spattn::attention", _attention_backward, setup_context=_attention_setup)
+torch.library.register_autograd("spattn::attention_varlen", _varlen_backward, setup_context=_save_nothing)
+torch.library.register_autograd("spattn::dynamic_attention", _dynamic_backward, setup_context=_save_nothing)

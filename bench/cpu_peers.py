@@ -13,7 +13,8 @@ it times, one right after the other:
     with the same structure and density as spattn's but not the same draws).
 Effective GFLOP/s count only the pairs the mask keeps: 4 * kept_pairs * D / time,
 for both sides. The machine's fp32 FMA peak is measured by the CLI in the same
-run (`spattn bench --preset cpu`). Results go to bench/results/cpu_<date>.json,
+run (`spattn bench --preset cpu`). Results go to
+bench/results/<cpu model>_<N>cpu/cpu_peers.json (the run's date inside),
 and a markdown table is printed.
 
     python3 bench/cpu_peers.py --spattn build/tools/spattn [--seqs 4096,8192] [--heads 4]
@@ -22,6 +23,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -138,7 +140,7 @@ def main():
     parser.add_argument("--patterns", default=",".join(PATTERNS))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="PyTorch threads (default: all)")
-    parser.add_argument("--out", default=None, help="JSON path (default bench/results/cpu_<date>.json)")
+    parser.add_argument("--out", default=None, help="JSON path (default bench/results/<cpu model>_<N>cpu/cpu_peers.json)")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -173,7 +175,8 @@ def main():
               f"{r['torch_ms']:.1f} | {r['speedup_vs_torch']:.2f}x |")
 
     date = datetime.date.today().isoformat()
-    out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", f"cpu_{date}.json")
+    card = re.sub(r"[^a-z0-9]+", "_", re.sub(r"\(r\)", "", cpu["model"].lower())).strip("_") + f"_{cpu['logical_cpus']}cpu"
+    out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", card, "cpu_peers.json")
     doc = {"tool": "bench/cpu_peers.py", "date": date, "machine": cpu,
            "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
            "batch": 1, "repeats": args.repeats, "results": results}

@@ -46,9 +46,9 @@
 // The card's clocks follow its power draw: an H100 under minutes-long dense
 // load sits at its 700 W cap near 1300-1600 MHz against 1980 MHz in short
 // bursts, and a case timed right after a heavy one inherits part of that
-// (docs/cuda.md, "Clocks and warm-up"). The rest makes each case's figure independent of the cases
+// (dev/notes/cuda-h100-clocks-and-warm-up.md). The rest makes each case's figure independent of the cases
 // before it (the clock is back at 1980 MHz within about 100 ms of idling:
-// bench/results/clocks_regime_nvidia_h100.csv); a longer
+// the same note); a longer
 // warm-up measures the sustained state instead. bench/gpu_peers.py runs this
 // with --warmup-ms 25 --timed-ms 100, triton do_bench's defaults, and gives
 // the peers the same rest before each do_bench.

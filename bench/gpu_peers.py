@@ -16,9 +16,9 @@ calls in do_bench's regime (--warmup-ms of warm-up calls, default 25, then at
 least 100 ms of timed calls). Every timing, spattn's and the peers', starts
 after --rest-ms (default 500) with the card idle, so that no figure inherits
 the clock a heavy case before it lowered (the card's clock follows its power
-draw: docs/cuda.md, "Clocks and warm-up"); a longer --warmup-ms, the same for
+draw: dev/notes/cuda-h100-clocks-and-warm-up.md); a longer --warmup-ms, the same for
 every implementation, measures the card at its power cap, as under sustained
-load. Results go to bench/results/cuda_<card>.json, and a markdown table is
+load. Results go to bench/results/<card>/peers.json, and a markdown table is
 printed. --q-len N takes the last N of the seq positions as queries (a
 decoding step, or a chunk of a prefill over cached keys; the block-grid
 cases random, bigbird and allblocks need Lq = Lk and are left out of the
@@ -168,7 +168,7 @@ def main():
                         help="idle time before every timing (spattn's and the peers')")
     parser.add_argument("--warmup-ms", type=float, default=25.0,
                         help="warm-up calls before every timing (spattn's and the peers')")
-    parser.add_argument("--out", default=None, help="JSON path (default bench/results/cuda_<card>.json)")
+    parser.add_argument("--out", default=None, help="JSON path (default bench/results/<card>/peers.json)")
     parser.add_argument("--plot", default=None,
                         help="draw these saved results (comma separated, one card) instead of measuring")
     parser.add_argument("--png", default=None, help="PNG path for --plot")
@@ -310,7 +310,7 @@ def measure(args):
             torch.cuda.empty_cache()
 
     slug = re.sub(r"[^a-z0-9]+", "_", card.lower()).strip("_")
-    out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", f"cuda_{slug}.json")
+    out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", slug, "peers.json")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
         json.dump({"card": card, "torch": torch.__version__, "dtype": "bf16", "batch": 1, "block": args.block,

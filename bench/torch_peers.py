@@ -22,7 +22,7 @@ on three masks:
 Times are medians of CUDA-event timed calls after warm-up. Effective TFLOP/s
 counts only the kept pairs: 4 * pairs * D / time. Outputs are checked against
 each other (spattn vs FlexAttention on block masks, spattn vs SDPA on causal).
-Results go to a JSON file (default bench/results/torch_<card>.json) and a
+Results go to a JSON file (default bench/results/<card>/torch.json) and a
 markdown table is printed.
 
     python3 bench/torch_peers.py [--seqs 8192,32768] [--heads 16] [--head-dim 128]
@@ -176,7 +176,7 @@ def measure(args):
     data = dict(card=card, dtype="bf16", batch=1, block=BLOCK, torch=torch.__version__,
                 spattn_note=spattn_note, results=results)
     out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
-                                   "torch_" + re.sub(r"[^a-z0-9]+", "_", card.lower()).strip("_") + ".json")
+                                   re.sub(r"[^a-z0-9]+", "_", card.lower()).strip("_"), "torch.json")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
         json.dump(data, f, indent=1)
@@ -204,7 +204,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--masks", default="causal,window,blocks10", help="comma-separated subset of the masks")
     parser.add_argument("--no-flex", dest="flex", action="store_false", help="leave FlexAttention out")
-    parser.add_argument("--out", default=None, help="JSON path (default bench/results/torch_<card>.json)")
+    parser.add_argument("--out", default=None, help="JSON path (default bench/results/<card>/torch.json)")
     args = parser.parse_args()
     unknown = set(args.masks.split(",")) - {"causal", "window", "blocks10"}
     if unknown:

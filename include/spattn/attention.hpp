@@ -113,7 +113,7 @@ void reference_attention(const TensorView& q, const TensorView& k, const TensorV
                          const TensorView& out, const BlockMask& mask, double scale,
                          const TensorView* lse);
 
-// Fast CPU backend (docs/cpu.md): fused block-sparse FlashAttention-style
+// Fast CPU backend (docs/design_cpu.md): fused block-sparse FlashAttention-style
 // kernel, OpenMP over runs of query tiles of each (batch, head), AVX-512 / AVX2
 // / portable SIMD chosen at run time. fp32 accumulation for fp32, fp16 and bf16
 // inputs; any out dtype. Same result for any thread count.

@@ -51,18 +51,17 @@ bool cuda_sm90_kernel_available();
 // its rows, and a call with much work per multiprocessor one that keeps long
 // rows whole; the first such call of its batch and heads makes it, and a
 // graph captured before that runs the plain plan, with the same results up
-// to rounding (docs/cuda.md, "Few rows over many keys" and "Work items and
+// to rounding (docs/design_cuda.md, "Few rows over many keys" and "Work items and
 // order"). Likewise the first call of a kind (query heads, lengths, kernel
 // tile) outside a capture allocates the table of the keep bits of the tiles
 // its kernel masks and waits for it to be made (up to 128 MiB, kept with the
 // mask); a graph captured before that computes those bits instead, with the
-// same results (docs/cuda.md, "Keep bits from a table"). Make such first calls
+// same results (docs/design_cuda.md, "Keep bits from a table"). Make such first calls
 // while no other thread captures a graph in cudaStreamCaptureModeGlobal.
 void cuda_prepare_mask(const BlockMask& mask);
 
 // Builds the plan of `pattern` for `shape` on the current device: the same
-// arrays as BlockMask::build, block for block, made by kernels (docs/cuda.md,
-// "Plans built on the device"). The returned mask already holds its device
+// arrays as BlockMask::build, block for block, made by kernels (docs/design_cuda_plans.md). The returned mask already holds its device
 // copy, so cuda_attention uploads no mask arrays for it; its host arrays are a
 // copy of the device ones, so every other use of a BlockMask works too. Work
 // is queued on `stream`; the call waits twice, for the number of kept blocks

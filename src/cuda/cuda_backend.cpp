@@ -129,7 +129,7 @@ bool use_sm90(const cuda_detail::FwdParams& p, const BlockMask& mask) {
 //   in decoding, would leave most multiprocessors idle), the plan that
 //   splits its rows into two units per multiprocessor (min_items; the
 //   pieces merge as split rows do). Two per multiprocessor ran fastest on
-//   both kernels (H100, 1 x 128K keys, docs/cuda.md): the sm90 kernel's one
+//   both kernels (H100, 1 x 128K keys): the sm90 kernel's one
 //   CTA per multiprocessor takes two units in turn, and the sm80 kernel's
 //   two CTAs take one each (as the two CTAs per multiprocessor of the sm90
 //   kernel's small tile do);
@@ -138,7 +138,7 @@ bool use_sm90(const cuda_detail::FwdParams& p, const BlockMask& mask) {
 //   rounded down to a power of two, so that calls of similar size share a
 //   plan): started first, such a row ends no later than the others, and
 //   needs no partial results and no merge, which cost BigBird's split
-//   global rows about 4% (docs/cuda.md); the plain plan where that share is
+//   global rows about 4% (H100); the plain plan where that share is
 //   no longer than the pieces it splits rows into anyway;
 // - where it splits none and its rows are as long as each other (dense
 //   attention), the plan that spreads the grid's last round over every

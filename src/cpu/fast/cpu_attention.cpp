@@ -72,7 +72,7 @@ struct ThreadScratch {
 
 // The per-thread scratch of a call, kept between calls of the same sizes:
 // allocating it afresh each call (megabytes of new pages that the OS zeroes)
-// cost 5-10% of a sparse call at L = 4096 (docs/cpu.md).
+// cost 5-10% of a sparse call at L = 4096 (dev/notes/cpu-18-per-thread-buffers-kept-between-calls-of.md).
 struct Workspace {
   std::vector<int64_t> sizes;  // what the buffers were made for
   std::vector<ThreadScratch> threads;
@@ -113,7 +113,7 @@ WorkspacePool& workspace_pool() {
 
 // The rows of `t` that work item `item` reads, when they are contiguous
 // along the head dimension (nothing to prefetch otherwise). Prefetching the
-// next item's queries measured 3% off dense attention (docs/cpu.md).
+// next item's queries measured 3% off dense attention (dev/notes/cpu-17-prefetch-the-next-item-s-queries-during.md).
 cpu_fast::PrefetchRows item_rows(const TensorView& t, const cpu_fast::TileLayout& layout,
                                  const BlockMaskView& plan, const cpu_fast::WorkItem& item) {
   cpu_fast::PrefetchRows rows;

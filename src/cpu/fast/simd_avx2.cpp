@@ -71,7 +71,8 @@ using Kernel = TileGroupKernel<Avx2, 2, 6, 4, 64>;
 // and DAZ), restoring the caller's MXCSR after. exp2 of masked (-inf) scores
 // and products of tiny probabilities otherwise take microcode assists of
 // about a hundred cycles each: they cost a third of the time of a sliding
-// window before this (docs/cpu.md). Nothing below 2^-126 matters to a softmax.
+// window before this (dev/notes/cpu-08-flush-denormals-to-zero-in-the-kernels.md).
+// Nothing below 2^-126 matters to a softmax.
 void run_flushing_denormals(const TileGroupArgs& args) {
   const unsigned int saved = _mm_getcsr();
   _mm_setcsr(saved | 0x8040u);

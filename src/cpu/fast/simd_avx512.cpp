@@ -7,7 +7,8 @@
 //
 // Tile: 64 query rows (4 vectors of 16 lanes); register tiles of 6 keys (or a
 // panel of 6 head dims) x 4 vectors: 24 accumulators of the 32 registers.
-// Keys in chunks of 64. Chosen by measurement, see docs/cpu.md.
+// Keys in chunks of 64. Chosen by measurement (docs/design_cpu.md,
+// dev/notes/cpu-07-remainder-tiles-6-4-2-1-instead.md).
 #include <immintrin.h>
 
 #include <cstdint>
@@ -68,7 +69,8 @@ using Kernel = TileGroupKernel<Avx512, 4, 6, 6, 64>;
 // and DAZ), restoring the caller's MXCSR after. exp2 of masked (-inf) scores
 // and products of tiny probabilities otherwise take microcode assists of
 // about a hundred cycles each: they cost a third of the time of a sliding
-// window before this (docs/cpu.md). Nothing below 2^-126 matters to a softmax.
+// window before this (dev/notes/cpu-08-flush-denormals-to-zero-in-the-kernels.md).
+// Nothing below 2^-126 matters to a softmax.
 void run_flushing_denormals(const TileGroupArgs& args) {
   const unsigned int saved = _mm_getcsr();
   _mm_setcsr(saved | 0x8040u);

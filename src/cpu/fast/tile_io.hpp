@@ -2,7 +2,7 @@
 //
 // AlignedFloats are the backend's scratch buffers: 64-byte aligned, and backed
 // by transparent huge pages when 2 MiB or larger (the kernels touch many pages
-// per chunk; TLB misses were a measured cost, docs/cpu.md). value_panels()
+// per chunk; TLB misses were a measured cost, dev/notes/cpu-05-huge-pages-for-staged-k-v-micro.md). value_panels()
 // gives the widths in which values are staged (kv_stage.hpp).
 // pack_query_tile() writes one tile's queries transposed and pre-scaled;
 // store_output_tile() normalises the kernel's accumulators into `out` (any

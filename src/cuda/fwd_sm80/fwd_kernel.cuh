@@ -265,7 +265,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm)
       // The predicate runs before S is live, so its registers do not compete with S.
       const KeepBits<Tr> keep =
           kFullTiles ? KeepBits<Tr>::all()
-                     : tile_keep_bits<Tr, Tr::kThreads>(  // the table row formed per tile (held, it spills; note 33)
+                     : tile_keep_bits<Tr, Tr::kThreads>(  // the table row formed per tile (held across tiles, it spills)
                            p, KeepBitsRows<Tr, Tr::kThreads>::of_unit(p, h, q0 / Tr::kBlockM, warp * 32 + lane),
                            expr, walk, full, seq, h, q0, k0, warp, lane);
       float s[Tr::kMAtoms][Tr::kNAtoms][4];

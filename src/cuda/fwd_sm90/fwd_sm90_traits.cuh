@@ -42,7 +42,7 @@ struct Sm90Traits {
   // before it writes (write_output), and has no split rows. A kernel of its
   // own, so that the other calls' code carries neither the merge nor the
   // registers its reads take (compiled into every kernel it made ptxas spill
-  // more: 4 -> 116 bytes on the two-group kernel at D = 64, note 27).
+  // more: 4 -> 116 bytes on the two-group kernel at D = 64).
   static constexpr bool kMergeIntoOut = kMergeIntoOut_;
   // CTAs per multiprocessor (as the plans count them): two on the 64 x 64
   // tile, of one consumer warpgroup each, whose products and softmax
@@ -133,7 +133,7 @@ struct Sm90Traits {
   // producer keeps no unit state across its loads (UnitRing, produce): its
   // 32 registers on the tall tile and 40 on the two-group kernel spilled
   // (98 and 4 bytes) otherwise, and dense and causal ran 3-4% faster
-  // without the spills (same-run A/B on an H200, note 27). At D = 128 the
+  // without the spills (same-run A/B on an H200). At D = 128 the
   // same change lost 2-5% (its cause not found), so there a slot holds the
   // place alone.
   static constexpr int kUnitSlots = 4;

@@ -92,7 +92,7 @@ constexpr int64_t kMinFillPieceTiles = 8;
 // result is a few rows, and pieces of two tiles pay: on an H100 a decoding
 // step over a 4096-key window ran 8-26% faster than with pieces of 8 tiles,
 // while a prefill of 1024 queries split so ran at half its speed
-// (docs/cuda.md, "Few query rows over a long cache").
+// (same-run A/B).
 constexpr int64_t kMinFillPieceTilesFewRows = 2;
 
 // The least fill piece for calls whose tiles hold `query_rows` rows with
@@ -144,7 +144,7 @@ PlanSplit tail_split(int64_t rows, int64_t row_tiles, int64_t copies, int64_t re
 // The least piece of tail_split. Each piece writes a partial result of the
 // tile's rows that the merge reads back; pieces of 16 tiles ran dense
 // attention at 32K/16 on the sm90 kernel 0.3% faster than pieces of 8
-// (H200, docs/cuda.md).
+// (H200, same-run A/B).
 constexpr int64_t kMinTailPieceTiles = 16;
 
 // A mask re-expressed at tile granularity (blocks of tile.rows x tile.cols),

@@ -121,8 +121,10 @@ void cpu_attention(const TensorView& q, const TensorView& k, const TensorView& v
                    const TensorView& out, const BlockMask& mask, double scale,
                    const TensorView* lse);
 
-// Naive dense baseline of the seed programs: materialises the Lk scores of each
-// row in fp32 and computes every pair, applying the mask afterwards. For small L.
+// Naive dense baseline of the seed programs: materialises the Lq x Lk scores of
+// each (batch, head) in fp32 and computes every pair, applying the mask
+// afterwards. For small L: Lq * Lk must be <= kNaiveDenseMaxScores.
+constexpr int64_t kNaiveDenseMaxScores = int64_t{1} << 28;
 void naive_dense_attention(const TensorView& q, const TensorView& k, const TensorView& v,
                            const TensorView& out, const BlockMask& mask, double scale,
                            const TensorView* lse);

@@ -70,7 +70,14 @@ class BlockMask {
 
   // Builds the plan of `pattern` for `shape` in time proportional to the kept
   // blocks (never L x L).
+  // Refuses (spattn::Error) before allocating when the plan would not fit in
+  // the memory available (spattn/memory.hpp).
   static BlockMask build(const Pattern& pattern, const MaskShape& shape);
+  // About how many bytes build() allocates for `shape`: the row offsets
+  // exactly, the block lists extrapolated from 64 evenly spread rows (build()
+  // checks their exact size again before allocating them). Checks the
+  // arguments as build() does; costs the walk of 64 rows, whatever the lengths.
+  static int64_t build_bytes(const Pattern& pattern, const MaskShape& shape);
 
   BlockMaskView view() const;
   int64_t q_len() const { return q_len_; }

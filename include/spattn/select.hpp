@@ -66,6 +66,14 @@ struct SelectBreakdown {
 BlockMask select_blocks(const TensorView& q, const TensorView& k, const SelectConfig& config,
                         SelectBreakdown* breakdown = nullptr);
 
+// An upper bound of the host memory select_blocks_batched takes for q (batch,
+// q_heads, q_len, head_dim) and k (batch, kv_heads, k_len, head_dim): the block
+// probabilities and pooled inputs of one element, and every element's mask.
+// select_blocks_batched refuses (spattn::Error) when it exceeds the memory
+// available (spattn/memory.hpp).
+int64_t select_blocks_bytes(const SelectConfig& config, int64_t batch, int64_t q_heads, int64_t kv_heads,
+                            int64_t q_len, int64_t k_len, int64_t head_dim);
+
 // One mask per batch element for q (B, Hq, Lq, D) and k (B, Hkv, Lk, D).
 std::vector<BlockMask> select_blocks_batched(const TensorView& q, const TensorView& k,
                                              const SelectConfig& config,

@@ -6,7 +6,9 @@
 // composition operators take and return it, and block_mask_build turns it
 // into the mask arrays with BlockMask::build. The queries of a mask
 // (kept pairs, the dense token mask, the description) read the same tensors.
-// Builder errors keep the library's wording and arrive as ValueError.
+// Builder errors keep the library's wording and arrive as ValueError; so does
+// a mask too large for the memory available (its arrays exist twice while
+// they are copied into tensors, and the check counts both).
 #include <torch/library.h>
 
 #include <string>
@@ -14,6 +16,7 @@
 
 #include "spattn/block_mask.hpp"
 #include "spattn/error.hpp"
+#include "spattn/memory.hpp"
 #include "spattn/pattern.hpp"
 #include "tensor_bridge.hpp"
 
@@ -132,8 +135,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> block_mask_build(
     const at::Tensor& code, const at::Tensor& i32, const at::Tensor& i64, int64_t q_len,
     int64_t k_len, int64_t block_q, int64_t block_k, int64_t num_heads) {
   return run_with_value_errors([&] {
-    const BlockMask mask = BlockMask::build(decode(code, i32, i64),
-                                            MaskShape{q_len, k_len, block_q, block_k, num_heads});
+    const Pattern pattern = decode(code, i32, i64);
+    const MaskShape shape{q_len, k_len, block_q, block_k, num_heads};
+    const int64_t bytes = BlockMask::build_bytes(pattern, shape);
+    MemoryEstimate("a block mask for seq_len=" + std::to_string(q_len) + ", seq_len_k=" + std::to_string(k_len) +
+                   ", block_size=(" + std::to_string(block_q) + ", " + std::to_string(block_k) +
+                   "), num_heads=" + std::to_string(num_heads))
+        .add("the mask (estimated)", bytes)
+        .add("its tensors", bytes)
+        .check();
+    const BlockMask mask = BlockMask::build(pattern, shape);
     return std::make_tuple(tensor_of(mask.row_offsets()), tensor_of(mask.kv_indices()),
                            tensor_of(mask.kv_full()));
   });

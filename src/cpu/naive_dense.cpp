@@ -18,9 +18,8 @@ void naive_dense_attention(const TensorView& q, const TensorView& k, const Tenso
                            const TensorView& out, const BlockMask& mask, double scale,
                            const TensorView* lse) {
   const int64_t B = q.batch(), Hq = q.heads(), Lq = q.seq_len(), Lk = k.seq_len(), D = q.head_dim();
-  constexpr int64_t kMaxScores = int64_t{1} << 28;
-  require(Lq <= kMaxScores / Lk, "the naive dense baseline materialises Lq x Lk scores and is ",
-          "limited to ", kMaxScores, " of them, got Lq=", Lq, " Lk=", Lk);
+  require(Lq <= kNaiveDenseMaxScores / Lk, "the naive dense baseline materialises Lq x Lk scores and is ",
+          "limited to ", kNaiveDenseMaxScores, " of them, got Lq=", Lq, " Lk=", Lk);
   const int64_t group = Hq / k.heads();
   const int64_t offset = Lk - Lq;
   const BlockMaskView plan = mask.view();

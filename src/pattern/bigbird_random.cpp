@@ -7,10 +7,14 @@
 // block and draw nothing. A splitmix64 stream seeded with `seed` runs over the
 // rows in order; each of the row's r slots draws `next() % count` (the index
 // into the candidate intervals) until it finds a block not drawn yet for the
-// row. Rows with at most r candidates take them all. Unused slots are -1.
+// row (a per-block stamp of the last row that drew it makes that test O(1)).
+// Rows with at most r candidates take them all. Unused slots are -1. The
+// n x r table is checked against the memory available before it is made.
 // Every backend reads this one table, so every backend sees the same mask.
 #include <algorithm>
+#include <string>
 
+#include "spattn/memory.hpp"
 #include "spattn/pattern.hpp"
 #include "spattn/splitmix64.hpp"
 
@@ -18,7 +22,12 @@ namespace spattn {
 
 std::vector<int32_t> bigbird_random_blocks(int64_t n, int64_t window_blocks, int64_t global_blocks,
                                            int64_t random_blocks, uint64_t seed, bool causal) {
+  MemoryEstimate("bigbird with " + std::to_string(n) + " blocks and random_blocks=" + std::to_string(random_blocks))
+      .add("random-block table", bytes_for(bytes_for(n, random_blocks), sizeof(int32_t)))
+      .add("draw stamps", bytes_for(n, sizeof(int64_t)))
+      .check();
   std::vector<int32_t> table(static_cast<size_t>(n * random_blocks), -1);
+  std::vector<int64_t> drawn_by(static_cast<size_t>(n), -1);  // the last row that drew each block
   SplitMix64 rng(seed);
   const int64_t half = (window_blocks - 1) / 2, g = global_blocks;
   for (int64_t b = 0; b < n; ++b) {
@@ -39,7 +48,8 @@ std::vector<int32_t> bigbird_random_blocks(int64_t n, int64_t window_blocks, int
       int32_t c;
       do {
         c = candidate(static_cast<int64_t>(rng.next() % static_cast<uint64_t>(count)));
-      } while (std::find(row, row + slot, c) != row + slot);
+      } while (drawn_by[static_cast<size_t>(c)] == b);
+      drawn_by[static_cast<size_t>(c)] = b;
       row[slot] = c;
     }
   }

@@ -7,16 +7,22 @@
 // with the closed forms of pattern_terms.hpp: zero everywhere -> dropped, the
 // whole block -> full, otherwise partial (the scan stops as soon as a block is
 // known to be partial). Time and memory follow the kept blocks; rows are
-// independent and built on all cores (OpenMP).
+// independent and built on all cores (OpenMP). Before anything is allocated
+// the plan's size is estimated from a sample of rows and checked against the
+// memory available (spattn/memory.hpp), and the exact size is checked again
+// once the rows are counted.
 #include <algorithm>
 #include <limits>
 #include <numeric>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "pattern/block_classify.hpp"
 #include "pattern/build_checks.hpp"
 #include "spattn/block_mask.hpp"
 #include "spattn/error.hpp"
+#include "spattn/memory.hpp"
 
 namespace spattn {
 namespace {
@@ -227,15 +233,16 @@ int64_t plan_mask_heads(const Pattern& pattern, const MaskShape& s) {
   return pattern.head_dependent() ? s.num_heads : 1;
 }
 
-BlockMask BlockMask::build(const Pattern& pattern, const MaskShape& s) {
-  check_build_args(pattern, s);
-  const int64_t nqb = ceil_div(s.q_len, s.block_q);
-  const int64_t mask_heads = plan_mask_heads(pattern, s);
-  const int64_t offset = s.k_len - s.q_len;
+namespace {
 
-  // Walks row r (mask head r / nqb, query block r % nqb) over its candidate
-  // key blocks; `intervals` is scratch.
-  auto walk_row = [&](int64_t r, std::vector<Interval>& intervals, PlanOutput& out) {
+// Walks row r (mask head r / nqb, query block r % nqb) over its candidate key
+// blocks; `intervals` is scratch.
+struct RowWalker {
+  const Pattern& pattern;
+  const MaskShape& s;
+  int64_t nqb, offset;
+
+  void walk(int64_t r, std::vector<Interval>& intervals, PlanOutput& out) const {
     const int64_t h = r / nqb, qb = r % nqb;
     const PatternExpr& e = pattern.expr_for_head(h, s.num_heads);
     const int64_t i0 = qb * s.block_q, i1 = std::min(s.q_len, i0 + s.block_q) - 1;
@@ -249,7 +256,53 @@ BlockMask BlockMask::build(const Pattern& pattern, const MaskShape& s) {
       row.emit(first, last);
       next_kb = last + 1;
     }
-  };
+  }
+};
+
+// Rows counted to estimate a plan's size before it is built.
+constexpr int64_t kSampledRows = 64;
+
+// Bytes of a plan of `rows` rows and `blocks` kept blocks (offset, index, flag).
+int64_t plan_bytes(int64_t rows, int64_t blocks) {
+  return add_bytes(bytes_for(rows + 1, sizeof(int64_t)), bytes_for(blocks, sizeof(int32_t) + sizeof(uint8_t)));
+}
+
+std::string build_request(const MaskShape& s) {
+  std::ostringstream os;
+  os << "BlockMask::build(q_len=" << s.q_len << ", k_len=" << s.k_len << ", block_q=" << s.block_q
+     << ", block_k=" << s.block_k << ", num_heads=" << s.num_heads << ")";
+  return os.str();
+}
+
+}  // namespace
+
+int64_t BlockMask::build_bytes(const Pattern& pattern, const MaskShape& s) {
+  check_build_args(pattern, s);
+  const int64_t nqb = ceil_div(s.q_len, s.block_q);
+  const int64_t rows = bytes_for(plan_mask_heads(pattern, s), nqb);  // saturates like a byte count
+  const RowWalker walker{pattern, s, nqb, s.k_len - s.q_len};
+  // The middle row of each of kSampledRows equal stretches (every row when fewer).
+  const int64_t samples = std::min(rows, kSampledRows);
+  std::vector<Interval> intervals;
+  double blocks = 0.0;
+  for (int64_t n = 0; n < samples; ++n) {
+    const auto r = static_cast<int64_t>((2.0 * static_cast<double>(n) + 1.0) * static_cast<double>(rows) /
+                                        (2.0 * static_cast<double>(samples)));
+    PlanOutput counted;
+    walker.walk(std::min(r, rows - 1), intervals, counted);
+    blocks += static_cast<double>(counted.count);
+  }
+  const double estimate = blocks / static_cast<double>(samples) * static_cast<double>(rows);
+  const double limit = static_cast<double>(std::numeric_limits<int64_t>::max());
+  return plan_bytes(rows, estimate >= limit ? std::numeric_limits<int64_t>::max()
+                                            : static_cast<int64_t>(estimate));
+}
+
+BlockMask BlockMask::build(const Pattern& pattern, const MaskShape& s) {
+  MemoryEstimate(build_request(s)).add("block mask (estimated)", build_bytes(pattern, s)).check();
+  const int64_t nqb = ceil_div(s.q_len, s.block_q);
+  const int64_t mask_heads = plan_mask_heads(pattern, s);
+  const RowWalker walker{pattern, s, nqb, s.k_len - s.q_len};
   // Rows are independent: counted first, so the arrays are allocated once at
   // their final size, then each written from its offset on, on all cores.
   const int64_t rows = mask_heads * nqb;
@@ -260,11 +313,13 @@ BlockMask BlockMask::build(const Pattern& pattern, const MaskShape& s) {
 #pragma omp for schedule(dynamic, 8)
     for (int64_t r = 0; r < rows; ++r) {
       PlanOutput counted;
-      walk_row(r, intervals, counted);
+      walker.walk(r, intervals, counted);
       row_offsets[static_cast<size_t>(r + 1)] = counted.count;
     }
   }
   std::partial_sum(row_offsets.begin(), row_offsets.end(), row_offsets.begin());
+  // The estimate sampled rows; the block lists are checked at their exact size.
+  MemoryEstimate(build_request(s)).add("block lists", plan_bytes(0, row_offsets.back())).check();
   std::vector<int32_t> indices(static_cast<size_t>(row_offsets.back()));
   std::vector<uint8_t> full(indices.size());
 #pragma omp parallel if (rows >= kMinParallelRows)
@@ -274,7 +329,7 @@ BlockMask BlockMask::build(const Pattern& pattern, const MaskShape& s) {
     for (int64_t r = 0; r < rows; ++r) {
       const auto first = static_cast<size_t>(row_offsets[static_cast<size_t>(r)]);
       PlanOutput written{indices.data() + first, full.data() + first, 0};
-      walk_row(r, intervals, written);
+      walker.walk(r, intervals, written);
     }
   }
   BlockMask mask(BuiltPlan{}, s.q_len, s.k_len, s.block_q, s.block_k, mask_heads,

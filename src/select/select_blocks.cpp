@@ -7,14 +7,19 @@
 // blocks included, reaches tau (every block when tau = 1); select_rules.hpp's
 // kept_count applies min_blocks / max_blocks. The kept blocks are written in
 // ascending order into a BlockMask; causal-cut blocks are partial and tested
-// with the causal predicate of the mask's pattern.
+// with the causal predicate of the mask's pattern. Before a selection starts,
+// its scratch and masks (select_blocks_bytes, an upper bound) are checked
+// against the memory available.
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "select/block_scores.hpp"
 #include "select/select_config.hpp"
 #include "spattn/error.hpp"
+#include "spattn/memory.hpp"
 #include "spattn/select.hpp"
 
 namespace spattn {
@@ -129,10 +134,36 @@ BlockMask select_one(const TensorView& q, const TensorView& k, int64_t b, const 
 
 }  // namespace
 
+int64_t select_blocks_bytes(const SelectConfig& config, int64_t batch, int64_t q_heads, int64_t kv_heads,
+                            int64_t q_len, int64_t k_len, int64_t head_dim) {
+  const SelectParams p = select_detail::resolve_select_params(config, q_len, k_len, head_dim);
+  const int64_t nqb = p.num_q_blocks, nkb = p.num_k_blocks;
+  const int64_t rows = bytes_for(config.per_query_head ? q_heads : kv_heads, nqb);
+  int64_t per_row = config.topk ? std::max({*config.topk, config.sink_blocks + config.local_blocks,
+                                            config.min_blocks})
+                                : nkb;
+  if (config.max_blocks > 0) per_row = std::min(per_row, config.max_blocks);
+  per_row = std::min(per_row, nkb);
+  // Chosen lists (a vector per row) and the mask arrays, for every element.
+  const int64_t mask = add_bytes(bytes_for(rows, sizeof(std::vector<int32_t>) + 2 * sizeof(int64_t)),
+                                 bytes_for(bytes_for(rows, per_row), 2 * sizeof(int32_t) + sizeof(uint8_t)));
+  // One element's scratch: block probabilities, and pooled or copied q and k.
+  const int64_t probs = bytes_for(bytes_for(rows, nkb), sizeof(double));
+  const int64_t inputs =
+      p.stride == 0 ? bytes_for(add_bytes(bytes_for(q_heads, nqb), bytes_for(kv_heads, nkb)), head_dim * 8)
+                    : bytes_for(add_bytes(bytes_for(q_heads, q_len), bytes_for(kv_heads, k_len)), head_dim * 4);
+  return add_bytes(bytes_for(mask, batch), add_bytes(probs, inputs));
+}
+
 std::vector<BlockMask> select_blocks_batched(const TensorView& q, const TensorView& k,
                                              const SelectConfig& config, SelectBreakdown* breakdown) {
   select_detail::validate_select_inputs(q, k);
   const SelectParams p = select_detail::resolve_select_params(config, q.seq_len(), k.seq_len(), q.head_dim());
+  MemoryEstimate("block selection for q " + std::to_string(q.seq_len()) + " x k " + std::to_string(k.seq_len()) +
+                 " with blocks " + std::to_string(p.block_q) + "x" + std::to_string(p.block_k))
+      .add("scores and masks", select_blocks_bytes(config, q.batch(), q.heads(), k.heads(), q.seq_len(),
+                                                    k.seq_len(), q.head_dim()))
+      .check();
   std::vector<BlockMask> masks;
   masks.reserve(static_cast<size_t>(q.batch()));
   for (int64_t b = 0; b < q.batch(); ++b)

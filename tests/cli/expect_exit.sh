@@ -6,7 +6,8 @@
 # Passes when COMMAND exits with exactly CODE, its stdout+stderr match the
 # extended regular expression REGEX, and every --file PATH exists and is not
 # empty afterwards (each is removed before the run). For CODE 2 (the tool's
-# error exit) stderr must also be exactly one line starting "spattn: error: ".
+# error exit) stderr must also be exactly one line starting "spattn: error: ",
+# besides progress lines ("[...]").
 set -u
 
 if [ $# -lt 3 ]; then
@@ -47,8 +48,8 @@ if ! cat "$stdout_file" "$stderr_file" | grep -Eq -- "$regex"; then
   failed=1
 fi
 if [ "$expected_code" -eq 2 ]; then
-  lines=$(wc -l <"$stderr_file")
-  if [ "$lines" -ne 1 ] || ! head -n 1 "$stderr_file" | grep -q '^spattn: error: '; then
+  messages=$(grep -v '^\[.*\]$' "$stderr_file" || true)
+  if [ "$(printf '%s\n' "$messages" | grep -c .)" -ne 1 ] || ! printf '%s\n' "$messages" | grep -q '^spattn: error: '; then
     echo "FAIL: stderr is not one line 'spattn: error: ...'"
     failed=1
   fi

@@ -1,4 +1,6 @@
 """Bad input raises ValueError or TypeError naming the argument, never a crash."""
+import time
+
 import pytest
 import torch
 
@@ -127,3 +129,30 @@ def test_from_dense_checks():
         spattn.BlockMask.from_dense(torch.ones(3, 0, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"block_bool has 2 x 2 blocks but seq_lengths \(300, 100\)"):
         spattn.BlockMask.from_dense(torch.ones(2, 2, dtype=torch.bool), block_size=64, seq_lengths=(300, 100))
+
+
+def _memory_available():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return None
+
+
+def test_mask_too_large_for_memory_is_refused_at_once():
+    # 2^20 heads of a head-dependent pattern at 10^9 tokens: trillions of rows.
+    start = time.monotonic()
+    with pytest.raises(ValueError, match=r"seq_len=1000000000, .*num_heads=1048576 needs \d+ bytes .*"
+                                         r"of memory are available"):
+        patterns.dilated(10**9, segments=[2048], rates=[4], num_heads=2**20)
+    assert time.monotonic() - start < 1.0
+
+
+@pytest.mark.skipif((_memory_available() or 0) > 40 << 30, reason="the mask fits in this machine's memory")
+def test_streaming_at_1e11_tokens_is_refused_at_once():
+    # 21.9 GB of plan, held twice while it becomes tensors: once ended in
+    # std::bad_alloc after 46 s.
+    start = time.monotonic()
+    with pytest.raises(ValueError, match=r"needs \d+ bytes .*of memory are available"):
+        patterns.streaming(10**11, sink=4, window=256)
+    assert time.monotonic() - start < 1.0

@@ -123,6 +123,16 @@ std::optional<std::vector<std::string>> Args::find_list(const std::string& name)
   return split_list(*v, dashed(name));
 }
 
+std::string Args::typed(const std::vector<std::string>& names) const {
+  std::string text;
+  for (const std::string& name : names) {
+    const auto it = values_.find(name);
+    if (it == values_.end()) continue;
+    text += (text.empty() ? "" : " ") + dashed(name) + (it->second.empty() ? "" : " " + it->second);
+  }
+  return text;
+}
+
 void Args::require_all_used(const std::string& why) const {
   for (const std::string& name : order_)
     require(used_.count(name) != 0, "flag --", name, " does not apply ", why);

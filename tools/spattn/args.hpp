@@ -63,6 +63,10 @@ class Args {
                                                     int64_t max = kInt64Max) const;
   std::optional<std::vector<std::string>> find_list(const std::string& name) const;
 
+  // The flags among `names` that were given, as typed: "--seq 4096 --heads 8".
+  // (Names this command does not take are skipped; nothing counts as read.)
+  std::string typed(const std::vector<std::string>& names) const;
+
   // Throws unless every given flag was read; `why` completes "--x does not apply ...".
   void require_all_used(const std::string& why) const;
 

@@ -2,8 +2,6 @@
 // (see attention_job.hpp).
 #include "attention_job.hpp"
 
-#include <algorithm>
-#include <chrono>
 #include <random>
 #include <vector>
 
@@ -109,26 +107,6 @@ double AttentionJob::error_against_reference(const BlockMask& mask) {
   reference_attention(q_.view(), k_.view(), v_.view(), ref.view(), mask,
                       resolve_scale({}, shape_.head_dim), nullptr);
   return relative_error(out_.view(), ref.view());
-}
-
-Timing time_median(const std::function<void()>& fn, int64_t repeats, double budget_s) {
-  using Clock = std::chrono::steady_clock;
-  const auto seconds_of = [&fn] {
-    const auto start = Clock::now();
-    fn();
-    return std::chrono::duration<double>(Clock::now() - start).count();
-  };
-  const double warm_up = seconds_of();
-  if (warm_up >= budget_s) return Timing{warm_up, 1};  // too slow to repeat; warm-up effects are noise
-  int64_t n = std::max<int64_t>(repeats, 1);
-  if (warm_up > 0.0 && warm_up * static_cast<double>(n) > budget_s)
-    n = std::max<int64_t>(1, static_cast<int64_t>(budget_s / warm_up));
-  std::vector<double> samples;
-  for (int64_t r = 0; r < n; ++r) samples.push_back(seconds_of());
-  std::sort(samples.begin(), samples.end());
-  const size_t mid = samples.size() / 2;
-  const double median = samples.size() % 2 ? samples[mid] : 0.5 * (samples[mid - 1] + samples[mid]);
-  return Timing{median, n};
 }
 
 }  // namespace spattn::cli

@@ -9,7 +9,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -17,6 +16,7 @@
 #include "device_buffers.hpp"
 #include "host_tensor.hpp"
 #include "spattn/attention.hpp"
+#include "timing.hpp"
 
 namespace spattn::cli {
 
@@ -80,16 +80,5 @@ class AttentionJob {
   HostTensor q_, k_, v_, out_;
   std::unique_ptr<DeviceBuffers> device_;  // set for Backend::Cuda only
 };
-
-struct Timing {
-  double median_s = 0.0;
-  int64_t samples = 0;
-};
-
-// Runs `fn` once to warm up, then `repeats` times and returns the median time.
-// When the warm-up shows that the repeats would take longer than `budget_s`,
-// fewer are run (never fewer than one); a warm-up longer than the whole budget
-// is itself the one sample.
-Timing time_median(const std::function<void()>& fn, int64_t repeats, double budget_s);
 
 }  // namespace spattn::cli

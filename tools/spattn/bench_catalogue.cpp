@@ -13,11 +13,15 @@ std::string flags_text(const BenchEntry& entry) {
 }
 
 PatternSetup entry_pattern(const BenchEntry& entry, int64_t q_len, int64_t k_len, int64_t heads) {
-  const Args args(entry.flags, pattern_flag_specs(), "bench entry '" + entry.label + "'");
-  PatternSetup setup = pattern_from_flags(args, q_len, k_len, heads);
-  args.require_all_used("to bench entry '" + entry.label + "'");
-  setup.label = entry.label;
-  return setup;
+  try {
+    const Args args(entry.flags, pattern_flag_specs(), "bench entry '" + entry.label + "'");
+    PatternSetup setup = pattern_from_flags(args, q_len, k_len, heads);
+    args.require_all_used("to bench entry '" + entry.label + "'");
+    setup.label = entry.label;
+    return setup;
+  } catch (const Error& e) {
+    fail("bench entry '", entry.label, "' (", flags_text(entry), ") at L=", q_len, ": ", e.what());
+  }
 }
 
 const std::vector<BenchEntry>& sweep_catalogue() {

@@ -23,7 +23,8 @@ struct BenchEntry {
 // The flags joined by spaces, as they would be typed.
 std::string flags_text(const BenchEntry& entry);
 
-// The entry's pattern for attention of q_len x k_len with `heads` query heads.
+// The entry's pattern for attention of q_len x k_len with `heads` query heads;
+// errors name the entry, its flags and the length.
 PatternSetup entry_pattern(const BenchEntry& entry, int64_t q_len, int64_t k_len, int64_t heads);
 
 // Every entry that attention sweeps may use, and the default preset's selection.

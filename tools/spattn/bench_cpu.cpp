@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "bench_presets.hpp"
+#include "memory_checks.hpp"
+#include "progress.hpp"
 #include "spattn/cpu_info.hpp"
 #include "spattn/error.hpp"
 #include "text_table.hpp"
@@ -51,22 +53,23 @@ void run_long_window(const BenchConfig& config, double peak, JsonWriter& json) {
   s.q_len = s.k_len = config.long_seq;
   const BenchEntry entry{"sliding-window", {"--pattern", "sliding-window", "--window", "512"}};
   const PatternSetup setup = entry_pattern(entry, s.q_len, s.k_len, s.heads);
+  progress_line("bench: long context L=" + std::to_string(s.q_len), true);
   AttentionJob job(s, config.backend, config.seed);
-  const BlockMask mask = BlockMask::build(setup.pattern, setup.shape);
+  const BlockMask mask = build_checked(setup, config.request);
   const Timing t = time_median([&] { job.run(mask); }, config.repeats, config.budget_s);
   const int64_t kept = mask.kept_pairs(s.heads);
   const double gflops = effective_gflops(kept, s.batch, s.head_dim, t.median_s);
   std::cout << "\nlong context: " << entry.label << " (" << flags_text(entry) << "), L=" << s.q_len
             << " H=1 D=64 " << dtype_name(s.dtype) << "\n";
-  TextTable table({"L", "ms", "GFLOP/s", "of peak", "density"});
-  table.add_row({std::to_string(s.q_len), format_ms(t.median_s), format_general(gflops),
+  TextTable table({"L", "ms", "min-max", "GFLOP/s", "of peak", "density"});
+  table.add_row({std::to_string(s.q_len), format_ms(t.median_s), format_range_ms(t), format_general(gflops),
                  format_general(gflops / peak), format_general(mask.density(s.heads))});
   table.print(std::cout);
   json.key("long_context").begin_object();
   json.field("pattern", entry.label).field("flags", flags_text(entry)).field("seq", s.q_len);
   json.field("heads", s.heads).field("head_dim", s.head_dim);
   json.field("kept_pairs", kept).field("density", mask.density(s.heads));
-  json.field("time_ms", t.median_s * 1e3).field("samples", t.samples);
+  write_timing_json(json, "time", t);
   json.field("gflops", gflops).field("fraction_of_peak", gflops / peak);
   json.end_object();
 }
@@ -97,26 +100,30 @@ void run_cpu(const BenchConfig& config, JsonWriter& json) {
   struct Row {
     std::string label, flags;
     int64_t seq, kept;
-    double density, time_s, dense_s, naive_s;
+    double density;
+    Timing time, dense;
+    bool with_naive;
+    Timing naive;
   };
   std::vector<Row> rows;
+  const int64_t cases = static_cast<int64_t>(config.seqs.size() * config.entries.size());
   for (const int64_t seq : config.seqs) {
     ProblemShape shape = s;
     shape.q_len = shape.k_len = seq;
     AttentionJob job(shape, config.backend, config.seed);
-    const BlockMask dense = BlockMask::build(Pattern::dense(), {seq, seq, 128, 128, s.heads});
-    const double naive_s =
-        seq <= config.naive_max_seq
-            ? time_median([&] { job.run_naive(dense); }, config.repeats, config.budget_s).median_s
-            : 0.0;
+    const BlockMask dense = BlockMask::build(Pattern::dense(), bench_dense_shape(config, seq));
+    const bool with_naive = seq <= config.naive_max_seq;
+    const Timing naive =
+        with_naive ? time_median([&] { job.run_naive(dense); }, config.repeats, config.budget_s) : Timing{};
     for (const BenchEntry& entry : config.entries) {
+      progress_line("bench " + std::to_string(rows.size() + 1) + "/" + std::to_string(cases) + ": " +
+                    entry.label + " L=" + std::to_string(seq), true);
       const PatternSetup setup = entry_pattern(entry, seq, seq, s.heads);
-      const BlockMask mask = BlockMask::build(setup.pattern, setup.shape);
-      const double dense_s =
-          time_median([&] { job.run(dense); }, config.repeats, config.budget_s).median_s;
+      const BlockMask mask = build_checked(setup, config.request);
+      const Timing dense_t = time_median([&] { job.run(dense); }, config.repeats, config.budget_s);
       const Timing t = time_median([&] { job.run(mask); }, config.repeats, config.budget_s);
       rows.push_back(Row{entry.label, flags_text(entry), seq, mask.kept_pairs(s.heads),
-                         mask.density(s.heads), t.median_s, dense_s, naive_s});
+                         mask.density(s.heads), t, dense_t, with_naive, naive});
     }
   }
   const double peak_after = measure_cpu_fma_peak_gflops(info.threads, kPeakSeconds);
@@ -124,24 +131,28 @@ void run_cpu(const BenchConfig& config, JsonWriter& json) {
   std::cout << "fp32 FMA peak after the sweep " << format_general(peak_after)
             << " GFLOP/s; fractions below use " << format_general(peak) << "\n\n";
 
-  TextTable table({"pattern", "L", "ms", "GFLOP/s", "of peak", "density", "vs density x dense",
+  TextTable table({"pattern", "L", "ms", "min-max", "GFLOP/s", "of peak", "density", "vs density x dense",
                    "naive dense ms"});
   json.field("fma_peak_gflops_after", peak_after).field("fma_peak_gflops", peak);
   json.key("results").begin_array();
   for (const Row& r : rows) {
-    const double gflops = effective_gflops(r.kept, s.batch, s.head_dim, r.time_s);
-    const double vs_density = r.time_s / (r.density * r.dense_s);
-    table.add_row({r.label, std::to_string(r.seq), format_ms(r.time_s), format_general(gflops),
-                   format_general(gflops / peak), format_general(r.density), format_ratio(vs_density),
-                   r.naive_s > 0.0 ? format_ms(r.naive_s) : "-"});
+    const double gflops = effective_gflops(r.kept, s.batch, s.head_dim, r.time.median_s);
+    const double vs_density = r.time.median_s / (r.density * r.dense.median_s);
+    table.add_row({r.label, std::to_string(r.seq), format_ms(r.time.median_s), format_range_ms(r.time),
+                   format_general(gflops), format_general(gflops / peak), format_general(r.density),
+                   format_ratio(vs_density), r.with_naive ? format_ms(r.naive.median_s) : "-"});
     json.begin_object();
     json.field("pattern", r.label).field("flags", r.flags).field("seq", r.seq);
     json.field("kept_pairs", r.kept * s.batch).field("density", r.density);
-    json.field("time_ms", r.time_s * 1e3).field("dense_time_ms", r.dense_s * 1e3);
+    write_timing_json(json, "time", r.time);
+    write_timing_json(json, "dense_time", r.dense);
     json.field("gflops", gflops).field("fraction_of_peak", gflops / peak);
     json.field("time_over_density_dense", vs_density);
-    json.key("naive_dense_time_ms");
-    if (r.naive_s > 0.0) json.value(r.naive_s * 1e3); else json.null();
+    if (r.with_naive) {
+      write_timing_json(json, "naive_dense_time", r.naive);
+    } else {
+      json.key("naive_dense_time_ms").null();
+    }
     json.end_object();
   }
   json.end_array();

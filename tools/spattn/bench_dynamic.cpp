@@ -16,6 +16,7 @@
 
 #include "bench_presets.hpp"
 #include "dynamic_pattern.hpp"
+#include "progress.hpp"
 #include "text_table.hpp"
 
 namespace spattn::cli {
@@ -31,8 +32,12 @@ void run_dynamic_bench(const BenchConfig& config, const SelectConfig& select, in
             << select.block_k << "; structured inputs)\n";
   TextTable table({"L", "pool ms", "score ms", "order ms", "attention ms", "total ms", "static ms",
                    "dense ms", "vs dense", "select %", "density", "recall", "worst recall", "rel error"});
+  table.stream(std::cout);
   json.key("results").begin_array();
+  int64_t done = 0;
   for (const int64_t seq : config.seqs) {
+    progress_line("bench " + std::to_string(++done) + "/" + std::to_string(config.seqs.size()) + ": topk L=" +
+                  std::to_string(seq), true);
     ProblemShape s = config.shape;
     s.q_len = s.k_len = seq;
     const DynamicMeasurement r = measure_dynamic(s, config.backend, select, options);
@@ -52,7 +57,6 @@ void run_dynamic_bench(const BenchConfig& config, const SelectConfig& select, in
     json.end_object();
   }
   json.end_array();
-  table.print(std::cout);
 }
 
 }  // namespace spattn::cli

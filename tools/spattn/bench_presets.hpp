@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "attention_job.hpp"
@@ -36,7 +37,12 @@ struct BenchConfig {
   int64_t naive_max_seq = 4096;  // naive baseline only up to this length
   uint64_t seed = 0;
   int64_t long_seq = 0;  // preset cpu: length of the long sliding-window row (0: none)
+  std::string request;   // the size flags as typed, named in memory errors (memory_checks.hpp)
 };
+
+// The block size of the dense reference mask, and its shape at length `seq`.
+constexpr int64_t kBenchDenseBlock = 128;
+MaskShape bench_dense_shape(const BenchConfig& config, int64_t seq);
 
 void run_sweep(const BenchConfig& config, JsonWriter& json);
 void run_seeds(const BenchConfig& config, JsonWriter& json);

@@ -8,6 +8,7 @@
 #include <spawn.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -20,6 +21,8 @@
 #include "bench_presets.hpp"
 #include "commands.hpp"
 #include "dynamic_pattern.hpp"
+#include "memory_checks.hpp"
+#include "output_file.hpp"
 #include "spattn/error.hpp"
 
 #ifndef SPATTN_SOURCE_DIR
@@ -41,6 +44,11 @@ std::string cpu_model() {
     if (colon != std::string::npos) return line.substr(line.find_first_not_of(" \t", colon + 1));
   }
   return "unknown";
+}
+
+// Each preset has its own results file, so no preset overwrites another's.
+std::string default_out_path(const std::string& preset) {
+  return preset == "default" ? "results/bench.json" : "results/bench_" + preset + ".json";
 }
 
 std::vector<int64_t> powers_of_two(int64_t first, int64_t last) {
@@ -86,16 +94,55 @@ void run_plot_script(const std::string& json_path, const std::string& plot_dir) 
           "' failed (exit status ", WIFEXITED(status) ? WEXITSTATUS(status) : -1, ")");
 }
 
-void write_file(const std::string& path, const std::string& text) {
-  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  std::error_code ec;
-  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-  require(!ec, "--out: cannot create directory '", parent.string(), "': ", ec.message());
-  std::ofstream out(path, std::ios::binary);
-  require(out.good(), "--out: cannot write '", path, "'");
-  out << text;
-  out.close();
-  require(out.good(), "--out: error writing '", path, "'");
+// The longest L the naive dense baseline takes (L x L scores at most kNaiveDenseMaxScores).
+int64_t naive_max_length() {
+  int64_t n = 1;
+  while ((n + 1) <= kNaiveDenseMaxScores / (n + 1)) ++n;
+  return n;
+}
+
+// Refuses at once, before any work, what the preset could not finish here:
+// the naive baseline past its limit, and more memory than is available for
+// the inputs and dense masks the sweeps keep for every length (the presets
+// `cpu` and `topk` hold one length at a time). Each pattern's mask is checked
+// again right before it is built (build_checked).
+void check_bench_sizes(const BenchConfig& c, const std::string& preset, const SelectConfig& select,
+                       int64_t quality_rows) {
+  const bool attention_preset = preset == "default" || preset == "seeds" || preset == "cpu";
+  if (!attention_preset && preset != "topk") return;
+  for (const int64_t seq : c.seqs)
+    require(!attention_preset || seq > c.naive_max_seq || seq <= kNaiveDenseMaxScores / seq, "--seqs ", seq,
+            ": the naive dense baseline materialises L x L scores, at most ", kNaiveDenseMaxScores, " (L <= ",
+            naive_max_length(), "); lower --naive-up-to (now ", c.naive_max_seq, ")");
+  MemoryEstimate need(c.request);
+  int64_t inputs = 0, masks = 0, naive = 0;
+  for (const int64_t seq : c.seqs) {
+    ProblemShape s = c.shape;
+    s.q_len = s.k_len = seq;
+    if (preset == "topk") {
+      DynamicMeasureOptions options;
+      options.vs_dense = true;
+      options.quality_rows = quality_rows;
+      const MemoryEstimate one = dynamic_memory(c.request, s, select, options);
+      inputs = std::max(inputs, one.total());
+      continue;
+    }
+    const int64_t in = input_bytes(s);
+    const int64_t dense = BlockMask::build_bytes(Pattern::dense(), bench_dense_shape(c, seq));
+    const bool kept = preset != "cpu";  // the sweeps keep every length's job and dense mask
+    inputs = kept ? add_bytes(inputs, in) : std::max(inputs, in);
+    masks = kept ? add_bytes(masks, dense) : std::max(masks, dense);
+    if (seq <= c.naive_max_seq) naive = std::max(naive, naive_scratch_bytes(seq, seq));
+  }
+  if (preset == "cpu" && c.long_seq > 0) {
+    ProblemShape s;
+    s.q_len = s.k_len = c.long_seq;
+    s.dtype = c.shape.dtype;
+    inputs = std::max(inputs, input_bytes(s));
+  }
+  need.add(preset == "topk" ? "inputs, selection and masks" : "inputs", inputs);
+  need.add("dense masks", masks).add("naive dense scores", naive);
+  need.check();
 }
 
 int bench_main(const Args& args) {
@@ -147,24 +194,29 @@ int bench_main(const Args& args) {
     c.backend = resolve_backend(parse_backend(args.get_choice(
         "backend", preset == "cpu" ? "cpu" : "auto", {"auto", "reference", "cpu", "cuda"})));
     if (preset != "topk")
-      c.naive_max_seq = args.get_int("naive-up-to", preset == "seeds" ? kInt64Max : 4096, 0);
+      c.naive_max_seq = args.get_int("naive-up-to", preset == "seeds" ? naive_max_length() : 4096, 0);
     c.seed = static_cast<uint64_t>(args.get_int("seed", 0, 0));
   }
   if (preset == "cpu") c.long_seq = args.get_int("long-seq", int64_t{1} << 20, 0);
   const SelectConfig select = preset == "topk" ? select_config_from_flags(args) : SelectConfig{};
   const int64_t quality_rows =
       preset == "topk" ? args.get_int("quality-rows", DynamicMeasureOptions{}.quality_rows, 1) : 0;
-  const std::string out_path = args.get_string("out", "results/bench.json");
+  const std::string out_path = args.get_string("out", default_out_path(preset));
   const std::optional<std::string> plot_dir = args.find_string("plot-dir");
   args.require_all_used(preset == "topk" ? "to --pattern topk" : "to --preset " + preset);
+  check_output("--out", out_path);
+  if (plot_dir) check_output("--plot-dir", (std::filesystem::path(*plot_dir) / "plot.png").string());
+  c.request = size_request(args);
+  check_bench_sizes(c, preset, select, quality_rows);
 
   std::cout << "spattn bench, " << (preset == "topk" ? "pattern topk" : "preset " + preset) << ", CPU "
             << cpu_model();
   if (attention_preset) {
     const ProblemShape& s = c.shape;
     std::cout << "\nbackend " << backend_name(c.backend) << ", " << dtype_name(s.dtype) << ", B=" << s.batch
-              << " Hq=" << s.heads << " Hkv=" << s.kv_heads << " D=" << s.head_dim << ", median of up to "
-              << c.repeats << " runs after a warm-up (at most " << c.budget_s << " s per measurement)";
+              << " Hq=" << s.heads << " Hkv=" << s.kv_heads << " D=" << s.head_dim << ", median of at least "
+              << c.repeats << " runs after a warm-up, min-max beside it (at most " << c.budget_s
+              << " s per measurement)";
   }
   std::cout << "\n";
 
@@ -186,7 +238,7 @@ int bench_main(const Args& args) {
   if (preset == "topk") run_dynamic_bench(c, select, quality_rows, json);
   json.end_object();
 
-  write_file(out_path, text.str());
+  write_text_file(out_path, text.str());
   std::cout << "\nwrote " << out_path << "\n";
   if (plot_dir) run_plot_script(out_path, *plot_dir);
   return 0;
@@ -209,9 +261,9 @@ Command bench_command() {
       {"dtype", K::Value, "T", "fp32 | fp16 | bf16 (default fp32)"},
       {"repeats", K::Value, "N", "timed runs per measurement after a warm-up (default 3)"},
       {"budget", K::Value, "S", "at most about S seconds of timed runs per measurement (default 2)"},
-      {"naive-up-to", K::Value, "L", "naive dense baseline for L <= this (default 4096; seeds: all)"},
+      {"naive-up-to", K::Value, "L", "naive dense baseline for L <= this (default 4096; seeds: 16384, its limit)"},
       {"seed", K::Value, "S", "seed of the random inputs (default 0)"},
-      {"out", K::Value, "FILE", "JSON results (default results/bench.json)"},
+      {"out", K::Value, "FILE", "JSON results (default results/bench.json; other presets bench_PRESET.json)"},
       {"plot-dir", K::Value, "DIR", "also run bench/plot.py to write PNG plots into DIR"},
       {"long-seq", K::Value, "L", "cpu: tokens of the long sliding-window row (default 1048576, 0: none)"},
   };

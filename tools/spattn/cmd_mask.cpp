@@ -11,6 +11,8 @@
 #include "commands.hpp"
 #include "dynamic_pattern.hpp"
 #include "mask_image.hpp"
+#include "memory_checks.hpp"
+#include "output_file.hpp"
 #include "pattern_flags.hpp"
 #include "spattn/error.hpp"
 #include "text_table.hpp"
@@ -29,9 +31,16 @@ int mask_main(const Args& args) {
   const int64_t max_side = args.get_int("size", 1024, 16, 8192);
   const std::optional<std::string> out = args.find_string("out");
   require(out.has_value(), "spattn mask needs --out FILE.png");
+  check_output("--out", *out);
+  check_output("--out", token_picture_path(*out));
   if (is_dynamic_pattern(args)) return mask_dynamic(args, q_len, k_len, heads, head, max_side, *out);
   const PatternSetup setup = pattern_from_flags(args, q_len, k_len, heads);
   args.require_all_used("to --pattern " + setup.label);
+
+  MemoryEstimate need(size_request(args));
+  need.add("block mask", BlockMask::build_bytes(setup.pattern, setup.shape));
+  need.add("pictures", mask_pictures_bytes(q_len, k_len, setup.shape.block_q, setup.shape.block_k, max_side));
+  need.check();
 
   const auto start = std::chrono::steady_clock::now();
   const BlockMask mask = BlockMask::build(setup.pattern, setup.shape);

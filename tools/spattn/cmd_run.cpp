@@ -1,10 +1,12 @@
 // tools/spattn/cmd_run.cpp - `spattn run`: one attention on fresh random inputs.
 //
 // Builds the pattern's BlockMask, fills q, k, v with N(0, 1), times the chosen
-// backend (median over --repeats after one warm-up) and reports density and
-// effective throughput, 4 * kept_pairs * D per second, where kept_pairs counts
-// every (batch, head, query, key) the mask allows. --check compares the
+// backend (timing.hpp: median, min and max of at least --repeats calls after a
+// warm-up) and reports density and effective throughput, 4 * kept_pairs * D
+// per second, where kept_pairs counts every (batch, head, query, key) the mask
+// allows. --check compares the
 // output with the fp64 reference and fails (exit 1) above the dtype's tolerance.
+// What it will allocate is checked against the memory available first.
 #include <chrono>
 #include <iostream>
 #include <limits>
@@ -13,7 +15,9 @@
 #include "commands.hpp"
 #include "dynamic_pattern.hpp"
 #include "json_writer.hpp"
+#include "memory_checks.hpp"
 #include "pattern_flags.hpp"
+#include "progress.hpp"
 #include "spattn/error.hpp"
 #include "text_table.hpp"
 
@@ -41,7 +45,8 @@ void print_table(const ProblemShape& s, Backend backend, const PatternSetup& set
   os << "density     " << format_general(r.density, 4) << " (" << format_count(r.kept_pairs)
      << " pairs kept)\n";
   os << "time        " << format_seconds(r.timing.median_s) << " (median of " << r.timing.samples
-     << " after 1 warm-up)\n";
+     << " after a warm-up; min " << format_seconds(r.timing.min_s) << ", max " << format_seconds(r.timing.max_s)
+     << ")\n";
   os << "throughput  " << format_flops(r.gflops * 1e9) << " effective\n";
   print_check(os, r.check, "reference");
 }
@@ -57,7 +62,7 @@ void print_json(const ProblemShape& s, Backend backend, const PatternSetup& setu
   j.field("blocks_kept", mask.num_blocks()).field("full_blocks", mask.num_full_blocks());
   j.field("mask_build_ms", r.build_s * 1e3);
   j.field("kept_pairs", r.kept_pairs).field("density", r.density);
-  j.field("time_ms", r.timing.median_s * 1e3).field("samples", r.timing.samples);
+  write_timing_json(j, "time", r.timing);
   j.field("gflops", r.gflops);
   write_check_json(j, r.check);
   j.end_object();
@@ -86,9 +91,16 @@ int run_main(const Args& args) {
   const PatternSetup setup = pattern_from_flags(args, s.q_len, s.k_len, s.heads);
   args.require_all_used("to --pattern " + setup.label);
   const Backend backend = resolve_backend(requested);
+  MemoryEstimate need(size_request(args));
+  need.add("q, k, v and out", input_bytes(s));
+  need.add("block mask", BlockMask::build_bytes(setup.pattern, setup.shape));
+  if (check) need.add("fp64 reference output", reference_bytes(s));
+  need.check();
 
+  progress_line("making the inputs");
   AttentionJob job(s, backend, seed);
   RunResult r;
+  progress_line("building the mask");
   const auto start = std::chrono::steady_clock::now();
   const BlockMask mask = BlockMask::build(setup.pattern, setup.shape);
   r.build_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -98,7 +110,11 @@ int run_main(const Args& args) {
   r.density = mask.density(s.heads);
   r.gflops = 4.0 * static_cast<double>(r.kept_pairs) * static_cast<double>(s.head_dim) /
              r.timing.median_s / 1e9;
-  if (check) r.check = judge_error(job.error_against_reference(mask), s.dtype);
+  if (check) {
+    progress_line("checking against the fp64 reference");
+    r.check = judge_error(job.error_against_reference(mask), s.dtype);
+  }
+  progress_done();
   if (json) {
     print_json(s, backend, setup, mask, r);
   } else {
@@ -121,7 +137,7 @@ Command run_command() {
       {"dtype", K::Value, "T", "fp32 | fp16 | bf16 (default fp32)"},
       {"backend", K::Value, "NAME", "auto | reference | cpu | cuda (default auto)"},
       {"layout", K::Value, "L", "bhld | blhd (default bhld)"},
-      {"repeats", K::Value, "N", "timed runs after one warm-up; the median is reported (default 5)"},
+      {"repeats", K::Value, "N", "at least N timed runs after a warm-up; median, min, max reported (default 5)"},
       {"check", K::Switch, "", "compare with the fp64 reference; exit 1 above tolerance"},
       {"json", K::Switch, "", "print one JSON object instead of the table"},
   };

@@ -19,10 +19,13 @@
 #include <limits>
 #include <random>
 
+#include <omp.h>
+
 #include "device_buffers.hpp"
 #include "host_tensor.hpp"
 #include "json_writer.hpp"
 #include "mask_image.hpp"
+#include "memory_checks.hpp"
 #include "spattn/error.hpp"
 #include "text_table.hpp"
 
@@ -37,6 +40,7 @@ namespace spattn::cli {
 namespace {
 
 constexpr double kNoBudget = std::numeric_limits<double>::infinity();
+constexpr int64_t kMaskHeadDim = 64;  // of the structured q and k that `spattn mask` selects from
 
 FlagSpec quality_rows_flag() {
   return {"quality-rows", FlagKind::Value, "N",
@@ -255,12 +259,12 @@ void print_json(const ProblemShape& s, Backend backend, const SelectConfig& c, c
 
 void write_dynamic_json(JsonWriter& j, const DynamicMeasurement& r) {
   j.field("kept_pairs", r.kept_pairs).field("density", r.density);
-  j.field("selection_ms", r.selection.median_s * 1e3);
+  write_timing_json(j, "selection", r.selection);
   if (r.phases_known) {
     j.field("pooling_ms", r.phases.pooling_s * 1e3).field("scoring_ms", r.phases.scoring_s * 1e3);
     j.field("ordering_ms", r.phases.selection_s * 1e3);
   }
-  j.field("attention_ms", r.attention.median_s * 1e3);
+  write_timing_json(j, "attention", r.attention);
   j.field("total_ms", (r.selection.median_s + r.attention.median_s) * 1e3);
   j.key("fused_attention_ms");
   if (r.fused_timed)
@@ -272,11 +276,10 @@ void write_dynamic_json(JsonWriter& j, const DynamicMeasurement& r) {
     j.value(r.fused.median_s * 1e3);
   else
     j.null();
-  j.key("dense_ms");
   if (r.dense_timed)
-    j.value(r.dense.median_s * 1e3);
+    write_timing_json(j, "dense", r.dense);
   else
-    j.null();
+    j.key("dense_ms").null();
   j.field("recall_mean", r.quality.recall_mean).field("recall_min", r.quality.recall_min);
   j.field("output_error", r.quality.output_error).field("quality_rows", r.quality.rows);
 }
@@ -289,6 +292,22 @@ std::string describe_select_config(const SelectConfig& c) {
   s += c.stride > 0 ? ", antidiagonal stride " + std::to_string(c.stride) : ", mean pooling";
   s += c.per_query_head ? ", per query head" : ", per kv head";
   return s + (c.causal ? ", causal" : "");
+}
+
+MemoryEstimate dynamic_memory(const std::string& request, const ProblemShape& s, const SelectConfig& config,
+                              const DynamicMeasureOptions& o) {
+  MemoryEstimate need(request);
+  need.add("q, k, v and out", input_bytes(s));
+  need.add("selection", select_blocks_bytes(config, s.batch, s.heads, s.kv_heads, s.q_len, s.k_len, s.head_dim));
+  if (o.vs_dense) {
+    const MaskShape dense{s.q_len, s.k_len, config.block_q, config.block_k, s.heads};
+    need.add("dense masks", bytes_for(BlockMask::build_bytes(Pattern::dense(config.causal), dense), s.batch));
+  }
+  // selection_quality: one fp64 copy of a head's keys and values per thread.
+  need.add("quality rows", bytes_for(bytes_for(s.k_len, 2 * s.head_dim + 1),
+                                     sizeof(double) * std::max(1, omp_get_max_threads())));
+  if (o.check) need.add("fp64 reference output", reference_bytes(s));
+  return need;
 }
 
 DynamicMeasurement measure_dynamic(const ProblemShape& s, Backend backend, const SelectConfig& config,
@@ -349,10 +368,11 @@ SelectConfig select_config_from_flags(const Args& args) {
   c.block_k = args.get_int("block-k", block, 1);
   c.causal = args.flag("causal");
   require(args.has("topk") != args.has("tau"), "--pattern topk needs exactly one of --topk K and --tau T");
+  constexpr double kAny = std::numeric_limits<double>::infinity();  // validate_select_config checks --tau
   if (args.has("topk"))
     c.topk = args.get_int("topk", 1, 1);
   else
-    c.tau = args.get_double("tau", 1.0, 0.0, 1.0);
+    c.tau = args.get_double("tau", 1.0, -kAny, kAny);
   c.sink_blocks = args.get_int("sink-blocks", 1, 0);
   c.local_blocks = args.get_int("local-blocks", 2, 0);
   c.min_blocks = args.get_int("min-blocks", 0, 0);
@@ -374,6 +394,7 @@ int run_dynamic(const Args& args, const ProblemShape& s, Backend requested, int6
   options.check = check;
   args.require_all_used("to --pattern topk");
   const Backend backend = resolve_backend(requested);
+  dynamic_memory(size_request(args), s, config, options).check();
   const DynamicMeasurement r = measure_dynamic(s, backend, config, options);
   if (json)
     print_json(s, backend, config, r);
@@ -387,8 +408,13 @@ int mask_dynamic(const Args& args, int64_t q_len, int64_t k_len, int64_t heads, 
   const SelectConfig config = select_config_from_flags(args);
   const uint64_t seed = static_cast<uint64_t>(args.get_int("seed", 0, 0));
   args.require_all_used("to --pattern topk");
-  HostTensor q("q", DType::F32, 1, heads, q_len, 64, Layout::BHLD);
-  HostTensor k("k", DType::F32, 1, heads, k_len, 64, Layout::BHLD);
+  MemoryEstimate need(size_request(args));
+  need.add("q and k", bytes_for(bytes_for(bytes_for(heads, q_len + k_len), kMaskHeadDim), sizeof(float)));
+  need.add("selection", select_blocks_bytes(config, 1, heads, heads, q_len, k_len, kMaskHeadDim));
+  need.add("pictures", mask_pictures_bytes(q_len, k_len, config.block_q, config.block_k, max_side));
+  need.check();
+  HostTensor q("q", DType::F32, 1, heads, q_len, kMaskHeadDim, Layout::BHLD);
+  HostTensor k("k", DType::F32, 1, heads, k_len, kMaskHeadDim, Layout::BHLD);
   StructuredQKConfig structured;
   structured.seed = seed;
   make_structured_qk(q.view(), k.view(), structured);

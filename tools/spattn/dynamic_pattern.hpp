@@ -19,6 +19,7 @@
 #include "args.hpp"
 #include "attention_job.hpp"
 #include "json_writer.hpp"
+#include "spattn/memory.hpp"
 #include "spattn/select.hpp"
 
 namespace spattn::cli {
@@ -75,6 +76,11 @@ struct DynamicMeasurement {
     return fused_timed ? fused.median_s : selection.median_s + attention.median_s;
   }
 };
+
+// What measure_dynamic allocates for these arguments, items named; `request`
+// names the sizes in the caller's flags.
+MemoryEstimate dynamic_memory(const std::string& request, const ProblemShape& s, const SelectConfig& config,
+                              const DynamicMeasureOptions& options);
 
 // Generates the structured inputs for shape `s`, selects with `config` and
 // attends on `backend` (resolved, not Auto), timing each phase.

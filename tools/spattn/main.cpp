@@ -3,8 +3,12 @@
 // `spattn run | mask | bench [flags]`, `spattn --help`, `spattn --version`.
 // Dispatches to the subcommand; any error (spattn::Error for bad input, or any
 // other std::exception) becomes one line `spattn: error: <message>` on stderr
-// and exit code 2.
+// and exit code 2; library parameter names in it become the flags that set
+// them (flag_names.hpp).
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <exception>
 #include <iostream>
 #include <new>
@@ -12,6 +16,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "flag_names.hpp"
 #include "spattn/error.hpp"
 
 #ifndef SPATTN_VERSION_STRING
@@ -59,9 +64,27 @@ int dispatch(const std::vector<std::string>& words) {
       std::cout << c.usage << "\n\nflags:\n" << format_flag_help(c.flags);
       return 0;
     }
-    return c.main(Args(rest, c.flags, "spattn " + c.name));
+    const Args args(rest, c.flags, "spattn " + c.name);
+    try {
+      return c.main(args);
+    } catch (const Error& e) {
+      throw Error(name_flags(e.what(), args));
+    }
   }
   fail("unknown command '", words[0], "' (commands: run, mask, bench; see spattn --help)");
+}
+
+// OpenMP threads that spin while they wait hold their core: on a loaded
+// machine a worker preempted from the other core then waits for a scheduler
+// tick to get back, and a 0.6 ms call measures 4, 8 or 16 ms
+// (docs/cli.md, "Timing"). Passive waiting costs nothing measurable here, so
+// the tool runs with OMP_WAIT_POLICY=PASSIVE unless the caller chose a policy:
+// libgomp reads it at start-up, hence the re-execution. On failure the tool
+// goes on with the default policy.
+void prefer_passive_openmp_wait(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
+  if (setenv("OMP_WAIT_POLICY", "PASSIVE", 1) != 0) return;
+  execv("/proc/self/exe", argv);
 }
 
 // Keeps the message to one line.
@@ -76,6 +99,7 @@ std::string one_line(std::string message) {
 
 int main(int argc, char** argv) {
   using namespace spattn::cli;
+  prefer_passive_openmp_wait(argv);
   try {
     return dispatch(std::vector<std::string>(argv + 1, argv + argc));
   } catch (const std::bad_alloc&) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "spattn/error.hpp"
+#include "spattn/memory.hpp"
 
 namespace spattn::cli {
 
@@ -133,6 +134,17 @@ RgbImage render_token_mask(const BlockMask& mask, int64_t head, int64_t query_he
   if (r.shrink == 1 && r.scale * std::min(v.block_q, v.block_k) >= kGridMinCell)
     draw_grid(image, r, v.block_q, v.block_k);
   return image;
+}
+
+int64_t mask_pictures_bytes(int64_t q_len, int64_t k_len, int64_t block_q, int64_t block_k, int64_t max_side) {
+  const auto picture = [max_side](int64_t rows, int64_t cols, int64_t cell_bytes) {
+    const Raster r = make_raster(rows, cols, max_side);
+    const int64_t cells = bytes_for((r.cols + r.shrink - 1) / r.shrink, (r.rows + r.shrink - 1) / r.shrink);
+    return add_bytes(bytes_for(cells, cell_bytes), bytes_for(bytes_for(r.width(), r.height()), 3));
+  };
+  const int64_t blocks = picture(pattern_math::ceil_div(q_len, block_q), pattern_math::ceil_div(k_len, block_k), 1);
+  if (q_len > kTokenPictureMaxPairs / k_len) return blocks;
+  return add_bytes(blocks, picture(q_len, k_len, sizeof(std::array<int32_t, 3>)));
 }
 
 HeadBlocks count_head_blocks(const BlockMask& mask, int64_t head, int64_t query_heads) {

@@ -36,6 +36,10 @@ RgbImage render_block_mask(const BlockMask& mask, int64_t head, int64_t query_he
 // Token picture for query head `head` of `query_heads` (Lq x Lk cells).
 RgbImage render_token_mask(const BlockMask& mask, int64_t head, int64_t query_heads, int64_t max_side);
 
+// Bytes write_mask_pictures takes for a mask of these lengths and block sizes:
+// the pictures' pixels and the per-pixel classes they are painted from.
+int64_t mask_pictures_bytes(int64_t q_len, int64_t k_len, int64_t block_q, int64_t block_k, int64_t max_side);
+
 // Where the token picture of block picture `out` goes: its stem + "_tokens.png".
 std::string token_picture_path(const std::string& out);
 // Writes the block picture to `out` and, when Lq * Lk <= 2048 * 2048, the

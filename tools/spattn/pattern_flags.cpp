@@ -12,8 +12,10 @@
 #include "pattern_flags.hpp"
 
 #include <fstream>
+#include <sstream>
 
 #include "spattn/error.hpp"
+#include "spattn/memory.hpp"
 #include "spattn/splitmix64.hpp"
 
 namespace spattn::cli {
@@ -42,6 +44,12 @@ constexpr int64_t kDefaultWindowBlocks = 3;
 constexpr int64_t kDefaultGlobalBlocks = 1;
 constexpr int64_t kDefaultRandomBlocks = 3;
 constexpr double kDefaultDensity = 0.1;
+
+std::string format_double(double x) {
+  std::ostringstream os;
+  os << x;
+  return os.str();
+}
 
 // The pattern names joined by ", ".
 std::string joined_pattern_names() {
@@ -72,11 +80,24 @@ Pattern dilated_from_flags(const PartContext& c) {
   return Pattern::dilated(*segments, *rates, c.causal);
 }
 
-// Random blocks plus the diagonal, as BSR (never a dense block matrix).
+// Random blocks plus the diagonal, as BSR (never a dense block matrix). One
+// draw per block of the grid: grids of more than kRandomMaxBlocks blocks (a
+// minute of drawing) are refused, and the indices are checked against the
+// memory available before they are drawn.
+constexpr int64_t kRandomMaxBlocks = int64_t{1} << 32;
+
 Pattern random_from_flags(const PartContext& c) {
   const double density = c.args.get_double("density", kDefaultDensity, 0.0, 1.0);
   const uint64_t seed = static_cast<uint64_t>(c.args.get_int("seed", 0, 0));
   const int64_t rows = ceil_div(c.q_len, c.block_q), cols = ceil_div(c.k_len, c.block_k);
+  require(rows <= kRandomMaxBlocks / cols, "--pattern random draws every block of its ", rows, " x ", cols,
+          " grid, more than ", kRandomMaxBlocks, " blocks; use larger --block-q/--block-k or shorter --seq");
+  const double expected = density * static_cast<double>(rows) * static_cast<double>(cols) + 2.0 * static_cast<double>(rows);
+  MemoryEstimate("--pattern random --density " + format_double(density) + " on " + std::to_string(rows) + " x " +
+                 std::to_string(cols) + " blocks")
+      .add("random blocks", add_bytes(bytes_for(static_cast<int64_t>(expected), sizeof(int32_t)),
+                                      bytes_for(rows + 1, sizeof(int64_t))))
+      .check();
   const int64_t offset = c.k_len - c.q_len;
   SplitMix64 rng(seed);
   std::vector<int64_t> offsets{0};

@@ -1,16 +1,16 @@
 // tools/spattn/png.cpp - RGB pictures and the PNG writer (see png.hpp).
 //
-// Uses libpng's simplified write API (png_image_write_to_file), which reports
+// Uses libpng's simplified write API (png_image_write_to_stdio), which reports
 // errors through png_image::message instead of longjmp, so no C++ object is
-// skipped by a non-local jump.
+// skipped by a non-local jump. The file is written atomically (output_file.hpp).
 #include "png.hpp"
 
 #include <png.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
 #include <cstring>
+
+#include "output_file.hpp"
 
 #include "spattn/error.hpp"
 
@@ -39,24 +39,19 @@ void RgbImage::fill(int64_t x0, int64_t y0, int64_t x1, int64_t y1, Rgb c) {
 }
 
 void write_png(const std::string& path, const RgbImage& image) {
-  // Open the file ourselves so that a bad path gives the system's reason.
-  FILE* file = std::fopen(path.c_str(), "wb");
-  require(file != nullptr, "cannot write '", path, "': ", std::strerror(errno));
+  AtomicFile file(path);
   png_image png;
   std::memset(&png, 0, sizeof png);
   png.version = PNG_IMAGE_VERSION;
   png.width = static_cast<png_uint_32>(image.width());
   png.height = static_cast<png_uint_32>(image.height());
   png.format = PNG_FORMAT_RGB;
-  const int ok = png_image_write_to_stdio(&png, file, 0, image.pixels().data(),
+  const int ok = png_image_write_to_stdio(&png, file.stream(), 0, image.pixels().data(),
                                           static_cast<png_int_32>(image.width() * 3), nullptr);
   const std::string message = png.message;
   png_image_free(&png);
-  const bool closed = std::fclose(file) == 0;
-  if (!ok || !closed) {
-    std::remove(path.c_str());
-    fail("cannot write PNG '", path, "': ", ok ? std::strerror(errno) : message);
-  }
+  require(ok, "cannot write PNG '", path, "': ", message);
+  file.commit();
 }
 
 }  // namespace spattn::cli

@@ -13,27 +13,47 @@ namespace spattn::cli {
 void TextTable::add_row(std::vector<std::string> cells) {
   require(cells.size() == header_.size(), "TextTable: row has ", cells.size(), " cells, header has ",
           header_.size());
+  if (stream_) {
+    print_line(*stream_, cells);
+    stream_->flush();
+    return;
+  }
   rows_.push_back(std::move(cells));
 }
 
-void TextTable::print(std::ostream& os) const {
-  std::vector<size_t> width(header_.size());
-  for (size_t c = 0; c < header_.size(); ++c) {
-    width[c] = header_[c].size();
-    for (const auto& row : rows_) width[c] = std::max(width[c], row[c].size());
+void TextTable::print_line(std::ostream& os, const std::vector<std::string>& cells) const {
+  for (size_t c = 0; c < cells.size(); ++c) {
+    const std::string pad(width_[c] - std::min(width_[c], cells[c].size()), ' ');
+    os << (c ? "  " : "") << (c ? pad + cells[c] : cells[c] + pad);
   }
-  const auto line = [&](const std::vector<std::string>& cells) {
-    for (size_t c = 0; c < cells.size(); ++c) {
-      const std::string pad(width[c] - cells[c].size(), ' ');
-      os << (c ? "  " : "") << (c ? pad + cells[c] : cells[c] + pad);
-    }
-    os << '\n';
-  };
-  line(header_);
+  os << '\n';
+}
+
+void TextTable::print_rule(std::ostream& os) const {
   size_t total = 0;
-  for (size_t w : width) total += w;
-  os << std::string(total + 2 * (width.size() - 1), '-') << '\n';
-  for (const auto& row : rows_) line(row);
+  for (size_t w : width_) total += w;
+  os << std::string(total + 2 * (width_.size() - 1), '-') << '\n';
+}
+
+void TextTable::print(std::ostream& os) const {
+  TextTable sized = *this;
+  for (size_t c = 0; c < header_.size(); ++c) {
+    sized.width_.push_back(header_[c].size());
+    for (const auto& row : rows_) sized.width_[c] = std::max(sized.width_[c], row[c].size());
+  }
+  sized.print_line(os, header_);
+  sized.print_rule(os);
+  for (const auto& row : rows_) sized.print_line(os, row);
+}
+
+void TextTable::stream(std::ostream& os) {
+  require(rows_.empty(), "TextTable: stream() must come before the rows");
+  width_.clear();
+  for (const std::string& h : header_) width_.push_back(std::max(h.size(), kStreamColumnWidth));
+  stream_ = &os;
+  print_line(os, header_);
+  print_rule(os);
+  os.flush();
 }
 
 std::string format_general(double x, int digits) {

@@ -10,15 +10,27 @@
 namespace spattn::cli {
 
 // Columns are right-aligned except the first; a rule follows the header.
+// Either rows are collected and print() sizes the columns to fit them all, or
+// stream() prints the header at once and each row as it is added (flushed, so
+// a piped benchmark shows its rows as they are measured), columns sized to
+// the header and at least kStreamColumnWidth.
 class TextTable {
  public:
+  static constexpr size_t kStreamColumnWidth = 9;
+
   explicit TextTable(std::vector<std::string> header) : header_(std::move(header)) {}
   void add_row(std::vector<std::string> cells);
   void print(std::ostream& os) const;
+  void stream(std::ostream& os);
 
  private:
+  void print_line(std::ostream& os, const std::vector<std::string>& cells) const;
+  void print_rule(std::ostream& os) const;
+
   std::vector<std::string> header_;
   std::vector<std::vector<std::string>> rows_;
+  std::vector<size_t> width_;
+  std::ostream* stream_ = nullptr;
 };
 
 // "12.3 ms", "456 us", "1.23 s": three significant digits.

@@ -3,8 +3,10 @@
 usage: python -m spattn.integrations.smollm [--device auto|cpu|cuda] [--cache DIR] [--out-dir DIR]
        [--sweep LENGTH:TEXT,...[:FAMILY,...]]... [--new-tokens N] [--prompt-tokens N] [--no-generate]
 
---sweep is repeatable (default 2048 on the three books, every family); family
-names take "_" for spaces (dynamic_top-k). The output folder (default
+--sweep is repeatable; family names take "_" for spaces (dynamic_top-k).
+Default on CUDA: 2048 and 8192 tokens of the three books, every family; on
+CPU (kept modest): 2048 tokens of the three books, every family, and 8192
+tokens of alice29 for dense, streaming and the dynamic families. The output folder (default
 bench/results/<cpu|cuda>-<machine>) gets demo.json, quality.png and the mask
 pictures masks_*.png.
 """
@@ -31,6 +33,8 @@ GENERATION_SPECS = [("dense", {"pattern": "causal", "block_size": 64}),
                     ("streaming 4 + 256", {"pattern": "streaming", "sink": 4, "window": 256, "block_size": 64}),
                     ("dynamic top-8 blocks of 64", {"pattern": "dynamic", "topk": 8, "block_size": 64})]
 PROMPT_OFFSET = 1000
+DEFAULT_SWEEPS = {"cuda": ["2048:alice29,plrabn12,lcet10", "8192:alice29,plrabn12,lcet10"],
+                  "cpu": ["2048:alice29,plrabn12,lcet10", "8192:alice29:dense,streaming,dynamic_top-k,dynamic_mass"]}
 
 
 def machine(device: torch.device) -> dict:
@@ -79,8 +83,6 @@ def arguments(argv):
         parser.error(f"--new-tokens and --prompt-tokens must be >= 1, got {args.new_tokens}, {args.prompt_tokens}")
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: PyTorch sees no GPU")
-    if args.sweep is None:
-        args.sweep = [parse_sweep("2048:" + ",".join(assets.TEXTS))]
     return args
 
 
@@ -113,6 +115,7 @@ def main(argv=None) -> int:
     args = arguments(argv)
     device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
                           else "cpu")
+    sweeps = args.sweep or [parse_sweep(value) for value in DEFAULT_SWEEPS[device.type]]
     where = machine(device)
     out_dir = args.out_dir or Path("bench/results") / where["slug"]
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -129,7 +132,7 @@ def main(argv=None) -> int:
         doc["generation"] = generate.side_by_side(model, tokenizer, prompts, GENERATION_SPECS, args.new_tokens)
         generate.print_side_by_side(doc["generation"])
     results = []
-    for length, text_names, wanted in args.sweep:
+    for length, text_names, wanted in sweeps:
         specs = [(family, spec) for family, spec in families.specs() if family in wanted]
         results += quality.sweep(model, tokenizer, {n: texts[n] for n in text_names}, length, specs,
                                  assets.MODEL_NAME, keep_masks_of_layers=PICTURE_LAYERS)

@@ -16,6 +16,14 @@ keywords, e.g. ``{"pattern": "sliding_window", "window": 256, "block_size": 64}`
 per (spec, lengths, heads, device) and cached. Patterns are bottom-right
 aligned, so decoding with a KV cache (Lq = 1) sees the last row of the mask.
 
+The spec ``{"pattern": "dynamic", "topk": 8, "block_size": 64}`` (or ``"tau"``
+instead of ``"topk"``; other keywords of ``spattn.select_blocks`` but
+``causal``, which comes from the layer) chooses each layer's blocks from its
+own q and k on every call (``spattn.dynamic_attention``). Inside
+``with observe(callback):`` every layer calls ``callback(module, query, key,
+masks)`` with its post-RoPE q ``(B, Hq, Lq, D)``, k ``(B, Hkv, Lk, D)`` and the
+masks it used, one per batch element (quality measures, pictures).
+
 spattn has no dropout and no token-level padding mask: a layer called with
 dropout > 0 or with a padding mask raises ValueError (batches without padding,
 or an all-ones attention_mask, run).
@@ -37,7 +45,11 @@ from spattn.block_mask import BlockMask
 
 PatternSpec = Union[Dict[str, object], Callable[..., BlockMask]]
 NAME = "spattn"
+DYNAMIC = "dynamic"
+_DYNAMIC_KEYWORDS = ("topk", "tau", "block_size", "sink_blocks", "local_blocks", "min_blocks", "max_blocks",
+                     "stride", "per_query_head")
 _active_specs: list = []
+_observers: list = []
 
 
 @contextlib.contextmanager
@@ -51,13 +63,31 @@ def use_pattern(spec: PatternSpec):
         _active_specs.pop()
 
 
+@contextlib.contextmanager
+def observe(callback: Callable):
+    """Inside the block, each "spattn" layer calls ``callback(module, query, key, masks)``."""
+    if not callable(callback):
+        raise TypeError(f"observe needs a callable, got {type(callback).__name__}")
+    _observers.append(callback)
+    try:
+        yield
+    finally:
+        _observers.remove(callback)
+
+
 def _check_spec(spec) -> None:
     if callable(spec):
         return
     if not isinstance(spec, dict) or "pattern" not in spec:
         raise TypeError("a spattn pattern spec must be a dict with a 'pattern' key (a function of "
-                        f"spattn.patterns) or a callable returning a BlockMask, got {spec!r}")
+                        f"spattn.patterns, or 'dynamic') or a callable returning a BlockMask, got {spec!r}")
     name = spec["pattern"]
+    if name == DYNAMIC:
+        unknown = sorted(set(spec) - {"pattern", *_DYNAMIC_KEYWORDS})
+        if unknown:
+            raise ValueError(f"spattn dynamic spec: unknown keywords {unknown} (allowed: "
+                             f"{', '.join(_DYNAMIC_KEYWORDS)}; causal comes from the layer)")
+        return
     if name not in patterns.__all__ or name in ("union", "intersection", "per_head", "custom"):
         raise ValueError(f"spattn pattern spec: unknown pattern {name!r}")
 
@@ -81,13 +111,21 @@ def _default_spec(module) -> dict:
     return {"pattern": "causal" if getattr(module, "is_causal", True) else "dense"}
 
 
-def mask_for(module, q_len: int, k_len: int, num_heads: int, device: torch.device) -> BlockMask:
-    """The BlockMask a layer uses for these lengths (see the module docstring for the order)."""
+def spec_for(module) -> PatternSpec:
+    """The pattern spec a layer uses now (see the module docstring for the order)."""
     config = getattr(module, "config", None)
     spec = _active_specs[-1] if _active_specs else getattr(config, "spattn_pattern", None)
     if spec is None:
         spec = _default_spec(module)
     _check_spec(spec)
+    return spec
+
+
+def mask_for(module, q_len: int, k_len: int, num_heads: int, device: torch.device) -> BlockMask:
+    """The BlockMask a layer with a static spec uses for these lengths."""
+    spec = spec_for(module)
+    if not callable(spec) and spec["pattern"] == DYNAMIC:
+        raise ValueError("a dynamic spec has no mask before the layer's q and k are known")
     if callable(spec):
         return _mask_from_callable(spec, q_len, k_len, num_heads, str(device))
     return _mask_from_json(json.dumps(spec, sort_keys=True), q_len, k_len, num_heads, str(device))
@@ -102,8 +140,18 @@ def spattn_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: 
                          "batches without padding (attention_mask None or all ones)")
     if dropout:
         raise ValueError(f"spattn attention has no dropout; got dropout={dropout} (call model.eval())")
-    mask = mask_for(module, query.shape[2], key.shape[2], query.shape[1], query.device)
-    out = spattn.attention(query, key, value, mask, scale=scaling)
+    spec = spec_for(module)
+    if not callable(spec) and spec["pattern"] == DYNAMIC:
+        keywords = {name: value for name, value in spec.items() if name != "pattern"}
+        result = spattn.dynamic_attention(query, key, value, causal=bool(getattr(module, "is_causal", True)),
+                                          scale=scaling, return_masks=bool(_observers), **keywords)
+        out, masks = result if _observers else (result, None)
+    else:
+        mask = mask_for(module, query.shape[2], key.shape[2], query.shape[1], query.device)
+        out = spattn.attention(query, key, value, mask, scale=scaling)
+        masks = [mask] * query.shape[0]
+    for callback in list(_observers):
+        callback(module, query, key, masks)
     return out.transpose(1, 2).contiguous(), None
 
 

@@ -179,6 +179,28 @@ void query_tile(const Problem& pr, int64_t b, int64_t h, int64_t qb, int64_t i0,
   store_rows(pr.grads.dq, b, h, i0, rows, dq, pr.scale);
 }
 
+// fn(b, head, block, first, count, scratch) on every tile of at most `tile`
+// items inside each of `blocks` blocks (of block_size items, [first(block),
+// last(block))) of each (batch, head): one OpenMP task per tile, a scratch per thread.
+template <typename First, typename Last, typename Fn>
+void parallel_tiles(int64_t B, int64_t heads, int64_t blocks, int64_t block_size, int64_t tile, int64_t head_dim,
+                    const First& first, const Last& last, const Fn& fn) {
+  const int64_t tiles_per_block = ceil_div(block_size, tile);
+  const int64_t tasks = B * heads * blocks * tiles_per_block;
+#pragma omp parallel
+  {
+    TileScratch s(head_dim);
+#pragma omp for schedule(dynamic)
+    for (int64_t task = 0; task < tasks; ++task) {
+      const int64_t block = task / tiles_per_block % blocks;
+      const int64_t head = task / (tiles_per_block * blocks) % heads;
+      const int64_t b = task / (tiles_per_block * blocks * heads);
+      const int64_t start = first(block) + task % tiles_per_block * tile;
+      if (start < last(block)) fn(b, head, block, start, std::min(tile, last(block) - start), s);
+    }
+  }
+}
+
 }  // namespace
 
 void cpu_attention_backward(const TensorView& q, const TensorView& k, const TensorView& v,
@@ -191,37 +213,16 @@ void cpu_attention_backward(const TensorView& q, const TensorView& k, const Tens
   const int64_t B = q.batch(), Hq = q.heads(), Hkv = k.heads(), D = q.head_dim();
 
   const KeyMajorPlan cols = key_major_plan(plan);
-  const int64_t key_tiles_per_block = ceil_div(plan.block_k, kTileKeys);
-  const int64_t key_tasks = B * Hkv * plan.num_k_blocks * key_tiles_per_block;
-#pragma omp parallel
-  {
-    TileScratch s(D);
-#pragma omp for schedule(dynamic)
-    for (int64_t task = 0; task < key_tasks; ++task) {
-      const int64_t tile = task % key_tiles_per_block;
-      const int64_t kb = task / key_tiles_per_block % plan.num_k_blocks;
-      const int64_t kvh = task / (key_tiles_per_block * plan.num_k_blocks) % Hkv;
-      const int64_t b = task / (key_tiles_per_block * plan.num_k_blocks * Hkv);
-      const int64_t j0 = plan.k_first(kb) + tile * kTileKeys;
-      if (j0 < plan.k_last(kb)) key_tile(pr, cols, b, kvh, kb, j0, std::min(kTileKeys, plan.k_last(kb) - j0), s);
-    }
-  }
-
-  const int64_t query_tiles_per_block = ceil_div(plan.block_q, kTileRows);
-  const int64_t query_tasks = B * Hq * plan.num_q_blocks * query_tiles_per_block;
-#pragma omp parallel
-  {
-    TileScratch s(D);
-#pragma omp for schedule(dynamic)
-    for (int64_t task = 0; task < query_tasks; ++task) {
-      const int64_t tile = task % query_tiles_per_block;
-      const int64_t qb = task / query_tiles_per_block % plan.num_q_blocks;
-      const int64_t h = task / (query_tiles_per_block * plan.num_q_blocks) % Hq;
-      const int64_t b = task / (query_tiles_per_block * plan.num_q_blocks * Hq);
-      const int64_t i0 = plan.q_first(qb) + tile * kTileRows;
-      if (i0 < plan.q_last(qb)) query_tile(pr, b, h, qb, i0, std::min(kTileRows, plan.q_last(qb) - i0), s);
-    }
-  }
+  parallel_tiles(B, Hkv, plan.num_k_blocks, plan.block_k, kTileKeys, D,
+                 [&](int64_t kb) { return plan.k_first(kb); }, [&](int64_t kb) { return plan.k_last(kb); },
+                 [&](int64_t b, int64_t kvh, int64_t kb, int64_t j0, int64_t keys, TileScratch& s) {
+                   key_tile(pr, cols, b, kvh, kb, j0, keys, s);
+                 });
+  parallel_tiles(B, Hq, plan.num_q_blocks, plan.block_q, kTileRows, D,
+                 [&](int64_t qb) { return plan.q_first(qb); }, [&](int64_t qb) { return plan.q_last(qb); },
+                 [&](int64_t b, int64_t h, int64_t qb, int64_t i0, int64_t rows, TileScratch& s) {
+                   query_tile(pr, b, h, qb, i0, rows, s);
+                 });
 }
 
 }  // namespace spattn

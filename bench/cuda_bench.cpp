@@ -264,18 +264,25 @@ void run(const Options& o) {
     }
     if (o.varlen == 0) kept = mask.kept_pairs(H) * B;
     const double density = o.varlen > 0 ? static_cast<double>(kept) / static_cast<double>(pairs) : mask.density(H);
-    auto call = [&] {
-      if (o.varlen > 0)
-        cuda_attention_varlen(tq, tk, tv, to, batch, mask, scale, &tl);
-      else if (naive)
-        cuda_naive_attention(tq, tk, tv, to, mask, scale, &tl);
-      else
-        cuda_attention(tq, tk, tv, to, mask, scale, &tl);
-    };
-    // The device plan (tile plan, dilated split, uploads): host work plus copies.
+    // The call's plan (kernel, tile, splits, uploads): host work plus copies.
     const auto t1 = std::chrono::steady_clock::now();
-    if (!naive) cuda_prepare_mask(mask);
+    PlanOptions plan_options;
+    plan_options.device = cuda_pointer_device(tq.data);
+    const Plan plan = naive ? Plan()
+                            : make_plan(mask, o.varlen > 0 ? varlen_call_shape(tq, tk, batch, mask.q_len())
+                                                           : call_shape(tq, tk),
+                                        plan_options);
     const double prepare_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();
+    AttentionOptions options;
+    options.scale = scale;
+    auto call = [&] {
+      if (naive)
+        cuda_naive_attention(tq, tk, tv, to, mask, scale, &tl);
+      else if (o.varlen > 0)
+        attention_varlen(tq, tk, tv, to, batch, plan, options, &tl);
+      else
+        attention(tq, tk, tv, to, plan, options, &tl);
+    };
     check(cudaDeviceSynchronize(), "rest");
     std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o.rest_ms));
     call();  // uploads the naive kernel's mask, loads the module

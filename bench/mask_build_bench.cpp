@@ -34,7 +34,7 @@
 
 #include "bench_common.hpp"
 #include "cuda/plan/device_mask_build.hpp"
-#include "cuda/plan/device_plan.hpp"
+#include "cuda/plan/device_mask_copy.hpp"
 #include "spattn/cuda.hpp"
 #include "spattn/spattn.hpp"
 
@@ -140,7 +140,7 @@ void run(const Options& o) {
       BlockMask host;
       const double host_ms = wall_median_ms([&] { host = BlockMask::build(pattern, shape); }, 5);
       auto t0 = std::chrono::steady_clock::now();
-      cuda_detail::device_mask(host, nullptr);
+      cuda_detail::DeviceMaskCopy(host, nullptr);
       const double upload_ms = seconds_since(t0) * 1e3;
 
       const cuda_detail::DeviceExprs exprs(pattern, stream);

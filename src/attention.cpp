@@ -1,4 +1,5 @@
-// attention.cpp - the attention entry point: validation and backend dispatch.
+// attention.cpp - the attention entry points: validation, the plan (given,
+// or from the mask's cache) and the backend it names.
 //
 // validate_attention checks that q, k, v, out, lse and the mask describe one
 // problem (shapes, dtypes, GQA head counts, mask lengths and heads, 64-bit
@@ -8,10 +9,13 @@
 #include <cmath>
 #include <limits>
 
+#include "cpu/fast/forward_plan.hpp"
+#include "plan/plan_cache.hpp"
 #include "spattn/error.hpp"
 #include "tensor_checks.hpp"
 
 #if defined(SPATTN_WITH_CUDA)
+#include "cuda/cuda_launch.hpp"
 #include "spattn/cuda.hpp"
 #endif
 
@@ -169,21 +173,61 @@ void validate_attention_varlen(const TensorView& q, const TensorView& k, const T
   validate_mask_heads(mask, q);
 }
 
-void attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
-               const BlockMask& mask, const AttentionOptions& options, const TensorView* lse) {
-  validate_attention(q, k, v, out, mask, lse);
-  const double scale = resolve_scale(options, q.head_dim());
-  switch (resolve_backend(options.backend, q.data)) {
-    case Backend::Reference: reference_attention(q, k, v, out, mask, scale, lse); return;
-    case Backend::Cpu: cpu_attention(q, k, v, out, mask, scale, lse); return;
+CallShape call_shape(const TensorView& q, const TensorView& k) {
+  CallShape shape;
+  shape.batch = q.batch();
+  shape.q_heads = q.heads();
+  shape.kv_heads = k.heads();
+  shape.q_len = q.seq_len();
+  shape.k_len = k.seq_len();
+  shape.head_dim = q.head_dim();
+  shape.dtype = q.dtype;
+  return shape;
+}
+
+namespace {
+
+// A call validated against plan.mask(), on the plan's backend.
+void run_plan(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+              const Plan& plan, double scale, const TensorView* lse, void* stream) {
+  const detail::PlanState& state = plan.state();
+  switch (state.backend) {
+    case Backend::Reference: reference_attention(q, k, v, out, plan.mask(), scale, lse); return;
+    case Backend::Cpu: cpu_fast::run_forward(q, k, v, out, plan.mask(), *state.cpu, scale, lse); return;
     case Backend::Cuda:
 #if defined(SPATTN_WITH_CUDA)
-      cuda_attention(q, k, v, out, mask, scale, lse);
+      cuda_detail::launch_plan(q, k, v, out, *state.cuda, scale, lse, stream);
       return;
 #endif
     case Backend::Auto: break;
   }
-  fail("backend '", backend_name(options.backend), "' has no implementation");
+  (void)stream;
+  fail("backend '", backend_name(state.backend), "' has no implementation");
+}
+
+}  // namespace
+
+void attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+               const Plan& plan, const AttentionOptions& options, const TensorView* lse) {
+  const Backend backend = plan.backend();
+  require(options.backend == Backend::Auto || options.backend == backend, "the options ask for backend '",
+          backend_name(options.backend), "' but the plan is for backend '", backend_name(backend), "'");
+  validate_attention(q, k, v, out, plan.mask(), lse);
+  const CallShape shape = call_shape(q, k);
+  require(shape == plan.shape(), "the tensors' shape (", shape.describe(), ") is not the plan's (",
+          plan.shape().describe(), ")");
+  if (backend != Backend::Cuda)
+    require(detail::tensor_device(q.data) < 0, "backend '", backend_name(backend),
+            "' runs host tensors, but q points to CUDA device memory");
+  run_plan(q, k, v, out, plan, resolve_scale(options, q.head_dim()), lse, options.stream);
+}
+
+void attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+               const BlockMask& mask, const AttentionOptions& options, const TensorView* lse) {
+  validate_attention(q, k, v, out, mask, lse);
+  const double scale = resolve_scale(options, q.head_dim());
+  const Plan plan = detail::cached_plan(mask, call_shape(q, k), options.backend, q.data, false, options.stream);
+  run_plan(q, k, v, out, plan, scale, lse, options.stream);
 }
 
 }  // namespace spattn

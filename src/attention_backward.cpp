@@ -5,6 +5,8 @@
 // d_out, d_lse and the gradients have the shapes of what they differentiate.
 #include "spattn/backward.hpp"
 
+#include "cpu/backward/cpu_backward.hpp"
+#include "plan/plan_state.hpp"
 #include "spattn/error.hpp"
 #include "tensor_checks.hpp"
 
@@ -30,26 +32,55 @@ void validate_attention_backward(const TensorView& q, const TensorView& k, const
   require_same_shape(grads.dv, "dv", v, "v");
 }
 
-void attention_backward(const TensorView& q, const TensorView& k, const TensorView& v,
-                        const TensorView& out, const TensorView& lse, const TensorView& d_out,
-                        const AttentionGrads& grads, const BlockMask& mask, const AttentionOptions& options,
-                        const TensorView* d_lse) {
-  validate_attention_backward(q, k, v, out, lse, d_out, grads, mask, d_lse);
-  const double scale = resolve_scale(options, q.head_dim());
-  Backend backend = resolve_backend(options.backend, q.data);
-  if (options.backend == Backend::Auto && backend == Backend::Cpu && q.dtype == DType::F64)
-    backend = Backend::Reference;
-  switch (backend) {
+namespace {
+
+// A call validated against plan.mask(), on the plan's backend.
+void run_backward_plan(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                       const TensorView& lse, const TensorView& d_out, const AttentionGrads& grads, const Plan& plan,
+                       double scale, const TensorView* d_lse) {
+  const detail::PlanState& state = plan.state();
+  switch (state.backend) {
     case Backend::Reference:
-      reference_attention_backward(q, k, v, out, lse, d_out, grads, mask, scale, d_lse);
+      reference_attention_backward(q, k, v, out, lse, d_out, grads, plan.mask(), scale, d_lse);
       return;
-    case Backend::Cpu: cpu_attention_backward(q, k, v, out, lse, d_out, grads, mask, scale, d_lse); return;
+    case Backend::Cpu:
+      require(state.key_major != nullptr, "attention_backward: the plan has no backward lists; make it with "
+              "PlanOptions::backward");
+      cpu_backward::run_backward(q, k, v, out, lse, d_out, grads, plan.mask(), *state.key_major, scale, d_lse);
+      return;
     case Backend::Cuda:
       fail("attention_backward: the CUDA backend has no backward pass yet; run it on host tensors "
            "(backend reference or cpu)");
     case Backend::Auto: break;
   }
-  fail("backend '", backend_name(options.backend), "' has no implementation");
+  fail("backend '", backend_name(state.backend), "' has no implementation");
+}
+
+}  // namespace
+
+void attention_backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                        const TensorView& lse, const TensorView& d_out, const AttentionGrads& grads,
+                        const Plan& plan, const AttentionOptions& options, const TensorView* d_lse) {
+  validate_attention_backward(q, k, v, out, lse, d_out, grads, plan.mask(), d_lse);
+  const CallShape shape = call_shape(q, k);
+  require(shape == plan.shape(), "the tensors' shape (", shape.describe(), ") is not the plan's (",
+          plan.shape().describe(), ")");
+  require(options.backend == Backend::Auto || options.backend == plan.backend(), "the options ask for backend '",
+          backend_name(options.backend), "' but the plan is for backend '", backend_name(plan.backend()), "'");
+  run_backward_plan(q, k, v, out, lse, d_out, grads, plan, resolve_scale(options, q.head_dim()), d_lse);
+}
+
+void attention_backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                        const TensorView& lse, const TensorView& d_out, const AttentionGrads& grads,
+                        const BlockMask& mask, const AttentionOptions& options, const TensorView* d_lse) {
+  validate_attention_backward(q, k, v, out, lse, d_out, grads, mask, d_lse);
+  const double scale = resolve_scale(options, q.head_dim());
+  Backend requested = options.backend;
+  // fp64 inputs on the host default to the exact reference.
+  if (requested == Backend::Auto && q.dtype == DType::F64 && detail::tensor_device(q.data) < 0)
+    requested = Backend::Reference;
+  const Plan plan = detail::cached_plan(mask, call_shape(q, k), requested, q.data, true, options.stream);
+  run_backward_plan(q, k, v, out, lse, d_out, grads, plan, scale, d_lse);
 }
 
 }  // namespace spattn

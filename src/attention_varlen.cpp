@@ -8,10 +8,12 @@
 // not exist in it (Pattern::within_length). Empty sequences are skipped.
 #include <algorithm>
 
+#include "plan/plan_state.hpp"
 #include "spattn/attention.hpp"
 #include "spattn/error.hpp"
 
 #if defined(SPATTN_WITH_CUDA)
+#include "cuda/cuda_launch.hpp"
 #include "spattn/cuda.hpp"
 #endif
 
@@ -61,18 +63,22 @@ void check_cu_seqlens(const VarlenBatch& batch, int64_t total_q, int64_t total_k
   }
 }
 
-void attention_varlen(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
-                      const VarlenBatch& batch, const BlockMask& mask, const AttentionOptions& options,
-                      const TensorView* lse) {
-  validate_attention_varlen(q, k, v, out, batch, mask, lse);
-  const double scale = resolve_scale(options, q.head_dim());
-  const Backend backend = resolve_backend(options.backend, q.data);
-  if (backend == Backend::Cuda) {
-#if defined(SPATTN_WITH_CUDA)
-    cuda_attention_varlen(q, k, v, out, batch, mask, scale, lse);
-    return;
-#endif
-  }
+CallShape varlen_call_shape(const TensorView& q, const TensorView& k, const VarlenBatch& batch,
+                            int64_t mask_len) {
+  CallShape shape = call_shape(q, k);
+  shape.batch = batch.num_seqs;
+  shape.q_len = shape.k_len = mask_len;
+  shape.varlen = true;
+  return shape;
+}
+
+namespace {
+
+// A call validated against the mask, on the host backend `backend`: each
+// sequence on its own, with the mask of its own lengths.
+void host_varlen(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                 const VarlenBatch& batch, const BlockMask& mask, Backend backend, double scale,
+                 const TensorView* lse) {
   require(backend == Backend::Reference || backend == Backend::Cpu, "varlen: backend '", backend_name(backend),
           "' has no varlen implementation");
   check_cu_seqlens(batch, q.seq_len(), k.seq_len());
@@ -96,6 +102,39 @@ void attention_varlen(const TensorView& q, const TensorView& k, const TensorView
     else
       cpu_attention(qs, ks, vs, outs, own, scale, lse_b);
   }
+}
+
+}  // namespace
+
+void attention_varlen(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                      const VarlenBatch& batch, const BlockMask& mask, const AttentionOptions& options,
+                      const TensorView* lse) {
+  validate_attention_varlen(q, k, v, out, batch, mask, lse);
+  const double scale = resolve_scale(options, q.head_dim());
+  const Backend backend = resolve_backend(options.backend, q.data);
+  if (backend != Backend::Cuda) return host_varlen(q, k, v, out, batch, mask, backend, scale, lse);
+#if defined(SPATTN_WITH_CUDA)
+  const Plan plan = detail::cached_plan(mask, varlen_call_shape(q, k, batch, mask.q_len()), backend, q.data, false,
+                                        options.stream);
+  cuda_detail::launch_varlen_plan(q, k, v, out, batch, *plan.state().cuda, scale, lse, options.stream);
+#endif
+}
+
+void attention_varlen(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                      const VarlenBatch& batch, const Plan& plan, const AttentionOptions& options,
+                      const TensorView* lse) {
+  const Backend backend = plan.backend();
+  require(options.backend == Backend::Auto || options.backend == backend, "the options ask for backend '",
+          backend_name(options.backend), "' but the plan is for backend '", backend_name(backend), "'");
+  validate_attention_varlen(q, k, v, out, batch, plan.mask(), lse);
+  const CallShape shape = varlen_call_shape(q, k, batch, plan.mask().q_len());
+  require(shape == plan.shape(), "the tensors' shape (", shape.describe(), ") is not the plan's (",
+          plan.shape().describe(), ")");
+  const double scale = resolve_scale(options, q.head_dim());
+  if (backend != Backend::Cuda) return host_varlen(q, k, v, out, batch, plan.mask(), backend, scale, lse);
+#if defined(SPATTN_WITH_CUDA)
+  cuda_detail::launch_varlen_plan(q, k, v, out, batch, *plan.state().cuda, scale, lse, options.stream);
+#endif
 }
 
 }  // namespace spattn

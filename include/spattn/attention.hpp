@@ -21,19 +21,11 @@
 #include <string>
 
 #include "spattn/block_mask.hpp"
+#include "spattn/plan.hpp"
 #include "spattn/tensor.hpp"
 
 namespace spattn {
 
-enum class Backend {
-  Auto,       // the fastest backend built and usable for these inputs
-  Reference,  // exact fp64 oracle, one row at a time
-  Cpu,        // fused block-sparse CPU kernel
-  Cuda,       // fused CUDA kernels (device pointers)
-};
-
-Backend parse_backend(const std::string& name);
-const char* backend_name(Backend b);
 // Is the backend compiled in and usable on this machine (a GPU present for Cuda)?
 bool backend_available(Backend b);
 // What Auto resolves to here.
@@ -44,13 +36,26 @@ Backend resolve_backend(Backend requested, const void* q_data);
 
 struct AttentionOptions {
   std::optional<double> scale;  // default 1 / sqrt(D)
+  // With a mask: the backend of the plan taken from the mask's cache. With a
+  // plan: Auto, or the plan's backend.
   Backend backend = Backend::Auto;
+  // Where CUDA work is queued (a cudaStream_t; null = the default stream).
+  void* stream = nullptr;
 };
 
 // Throws spattn::Error if the tensors, the mask and the options do not fit together.
 void validate_attention(const TensorView& q, const TensorView& k, const TensorView& v,
                         const TensorView& out, const BlockMask& mask, const TensorView* lse);
 
+// The shape of a call on these tensors (validated against each other).
+CallShape call_shape(const TensorView& q, const TensorView& k);
+
+// The call as `plan` decided it; the tensors must have the plan's shape.
+void attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+               const Plan& plan, const AttentionOptions& options = {}, const TensorView* lse = nullptr);
+
+// The same with the plan of the call's shape from the mask's cache (made on
+// the shape's first call).
 void attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                const BlockMask& mask, const AttentionOptions& options = {},
                const TensorView* lse = nullptr);
@@ -93,6 +98,11 @@ struct VarlenBatch {
 BlockMask varlen_mask(const Pattern& pattern, int64_t max_seqlen, int64_t block_q = 128,
                       int64_t block_k = 128, int64_t num_heads = 1);
 
+// The shape of a varlen call on these packed tensors with a mask of
+// `mask_len` positions (CallShape::varlen: batch is num_seqs, the lengths
+// are the mask's).
+CallShape varlen_call_shape(const TensorView& q, const TensorView& k, const VarlenBatch& batch, int64_t mask_len);
+
 // Checks what can be checked without reading cu_seqlens: shapes, dtypes, the
 // mask (from a prefix-stable pattern, square, covering max_seqlen_q/k).
 void validate_attention_varlen(const TensorView& q, const TensorView& k, const TensorView& v,
@@ -104,6 +114,13 @@ void check_cu_seqlens(const VarlenBatch& batch, int64_t total_q, int64_t total_k
 
 void attention_varlen(const TensorView& q, const TensorView& k, const TensorView& v,
                       const TensorView& out, const VarlenBatch& batch, const BlockMask& mask,
+                      const AttentionOptions& options = {}, const TensorView* lse = nullptr);
+
+// The same as `plan` (a varlen plan: make_plan with varlen_call_shape)
+// decided it. The host backends run each sequence on its own and take only
+// the plan's mask and backend.
+void attention_varlen(const TensorView& q, const TensorView& k, const TensorView& v,
+                      const TensorView& out, const VarlenBatch& batch, const Plan& plan,
                       const AttentionOptions& options = {}, const TensorView* lse = nullptr);
 
 // ---- backends (called by attention() after validation) ----

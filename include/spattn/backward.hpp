@@ -36,10 +36,18 @@ void validate_attention_backward(const TensorView& q, const TensorView& k, const
                                  const AttentionGrads& grads, const BlockMask& mask,
                                  const TensorView* d_lse);
 
+// With the plan of the call's shape from the mask's cache (its backward
+// lists made on the shape's first backward call).
 void attention_backward(const TensorView& q, const TensorView& k, const TensorView& v,
                         const TensorView& out, const TensorView& lse, const TensorView& d_out,
                         const AttentionGrads& grads, const BlockMask& mask,
                         const AttentionOptions& options = {}, const TensorView* d_lse = nullptr);
+
+// As `plan` decided it (made with PlanOptions::backward).
+void attention_backward(const TensorView& q, const TensorView& k, const TensorView& v,
+                        const TensorView& out, const TensorView& lse, const TensorView& d_out,
+                        const AttentionGrads& grads, const Plan& plan, const AttentionOptions& options = {},
+                        const TensorView* d_lse = nullptr);
 
 // ---- backends (called by attention_backward() after validation) ----
 

@@ -9,6 +9,10 @@
 //
 // BlockMaskView is the one block iterator: a plain struct of pointers usable on
 // the host and on the GPU.
+//
+// A BlockMask is an immutable value: copies share its arrays and its plan
+// cache (the plans attention calls made for it, spattn/plan.hpp), so they are
+// cheap.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +26,7 @@ namespace spattn {
 
 namespace detail {
 struct BlockMaskAssembly;  // cuda_build_mask: plans built on the device, valid by construction
+class PlanCache;           // src/plan/plan_cache.hpp
 }  // namespace detail
 
 struct BlockMaskView {
@@ -61,7 +66,7 @@ struct MaskShape {
 
 class BlockMask {
  public:
-  BlockMask() = default;
+  BlockMask();
   // From BSR arrays. Validates sizes, ranges, sortedness and uniqueness. Partial
   // blocks need `pattern` to say which pairs inside them are allowed.
   BlockMask(int64_t q_len, int64_t k_len, int64_t block_q, int64_t block_k, int64_t num_heads,
@@ -87,19 +92,20 @@ class BlockMask {
   int64_t num_heads() const { return num_heads_; }
   int64_t num_q_blocks() const;
   int64_t num_k_blocks() const;
-  int64_t num_blocks() const { return static_cast<int64_t>(kv_indices_.size()); }
+  int64_t num_blocks() const { return static_cast<int64_t>(arrays_->kv_indices.size()); }
   int64_t num_full_blocks() const;
-  const std::vector<int64_t>& row_offsets() const { return row_offsets_; }
-  const std::vector<int32_t>& kv_indices() const { return kv_indices_; }
-  const std::vector<uint8_t>& kv_full() const { return kv_full_; }
+  const std::vector<int64_t>& row_offsets() const { return arrays_->row_offsets; }
+  const std::vector<int32_t>& kv_indices() const { return arrays_->kv_indices; }
+  const std::vector<uint8_t>& kv_full() const { return arrays_->kv_full; }
   const Pattern* pattern() const { return pattern_.get(); }
+  const std::shared_ptr<const Pattern>& shared_pattern() const { return pattern_; }
   // True when the blocks are the pattern's own plan for this shape, as made
   // by build() or cuda_build_mask; false for masks made from arrays (even
   // where they hold the same blocks).
   bool is_pattern_plan() const { return pattern_plan_; }
-  // Where a GPU backend keeps its device copy of this mask (created on first
-  // use, shared by copies of the mask, released with the last of them).
-  std::shared_ptr<void>& device_cache() const { return device_cache_; }
+  // The plans calls without an explicit plan made for this mask, and its
+  // device copies (shared by copies of the mask, released with the last).
+  detail::PlanCache& plan_cache() const { return *plans_; }
 
   // Allowed (query, key) pairs for query head h of `query_heads`, counted
   // through the plan (full blocks whole, partial blocks by the predicate).
@@ -120,13 +126,17 @@ class BlockMask {
   void validate() const;
   friend struct detail::BlockMaskAssembly;
 
+  struct Arrays {
+    std::vector<int64_t> row_offsets;
+    std::vector<int32_t> kv_indices;
+    std::vector<uint8_t> kv_full;
+  };
+
   int64_t q_len_ = 0, k_len_ = 0, block_q_ = 0, block_k_ = 0, num_heads_ = 0;
-  std::vector<int64_t> row_offsets_;
-  std::vector<int32_t> kv_indices_;
-  std::vector<uint8_t> kv_full_;
+  std::shared_ptr<const Arrays> arrays_;
   std::shared_ptr<const Pattern> pattern_;
   bool pattern_plan_ = false;
-  mutable std::shared_ptr<void> device_cache_;
+  std::shared_ptr<detail::PlanCache> plans_;
 };
 
 }  // namespace spattn

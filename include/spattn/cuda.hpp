@@ -4,11 +4,11 @@
 // Tensors hold device pointers (fp16 or bf16 inputs; out in the input type or
 // fp32; head dims 32, 64, 96, 128, 256; unit stride along D, other strides and
 // base pointers 16-byte aligned). Work is queued on `stream` (a cudaStream_t;
-// null = the default stream) and nothing waits for it, but for a mask's first
-// uses: its device copy is made on first use and cached with the mask (call
-// cuda_prepare_mask first when the attention call will be captured in a CUDA
-// graph), and so is its table of masked tiles' keep bits for each kind of
-// call (below).
+// null = the default stream) and nothing waits for it. A call's plan
+// (spattn/plan.hpp) is made by its shape's first call (from the mask's plan
+// cache) or by make_plan: making one uploads the mask and the plan's tables
+// and waits for the device, so a call to be captured in a CUDA graph needs
+// its plan first; later calls of the shape only launch.
 #pragma once
 
 #include <memory>
@@ -30,6 +30,8 @@ int cuda_device_count();
 
 // Does p point into device (or managed) memory?
 bool cuda_is_device_pointer(const void* p);
+// The device whose memory p points into; -1 for host (or unknown) memory.
+int cuda_pointer_device(const void* p);
 
 // The fused kernels cuda_attention chooses from: Auto takes the Hopper kernel
 // (sm_90a: TMA, wgmma) on a device of compute capability 9.0 when the build
@@ -44,25 +46,10 @@ CudaKernel cuda_kernel();
 // Can the current device run the Hopper kernel with this build?
 bool cuda_sm90_kernel_available();
 
-// Copies the mask's plans for the kernels of this backend to the current
-// device now (synchronously), so that later calls allocate and copy nothing
-// and can be captured in a CUDA graph. A call with too few query tiles and
-// heads to fill the device (a decoding step) also takes a plan that splits
-// its rows, and a call with much work per multiprocessor one that keeps long
-// rows whole; the first such call of its batch and heads makes it, and a
-// graph captured before that runs the plain plan, with the same results up
-// to rounding (docs/design_cuda.md, "Few rows over many keys" and "Work items and
-// order"). Likewise the first call of a kind (query heads, lengths, kernel
-// tile) outside a capture allocates the table of the keep bits of the tiles
-// its kernel masks and waits for it to be made (up to 128 MiB, kept with the
-// mask); a graph captured before that computes those bits instead, with the
-// same results (docs/design_cuda.md, "Keep bits from a table"). Make such first calls
-// while no other thread captures a graph in cudaStreamCaptureModeGlobal.
-void cuda_prepare_mask(const BlockMask& mask);
-
 // Builds the plan of `pattern` for `shape` on the current device: the same
-// arrays as BlockMask::build, block for block, made by kernels (docs/design_cuda_plans.md). The returned mask already holds its device
-// copy, so cuda_attention uploads no mask arrays for it; its host arrays are a
+// arrays as BlockMask::build, block for block, made by kernels
+// (docs/design_cuda_plans.md). The returned mask already holds its device
+// copy, so its plans upload no mask arrays for it; its host arrays are a
 // copy of the device ones, so every other use of a BlockMask works too. Work
 // is queued on `stream`; the call waits twice, for the number of kept blocks
 // (to size the arrays) and for the copy back to the host, so it cannot be
@@ -70,7 +57,8 @@ void cuda_prepare_mask(const BlockMask& mask);
 // naming the parameter, as BlockMask::build does.
 BlockMask cuda_build_mask(const Pattern& pattern, const MaskShape& shape, void* stream = nullptr);
 
-// The fused block-sparse kernel (validates like attention()).
+// The fused block-sparse kernel (validates like attention()), on the plan of
+// the call's shape from the mask's cache.
 void cuda_attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                     const BlockMask& mask, double scale, const TensorView* lse = nullptr,
                     void* stream = nullptr);

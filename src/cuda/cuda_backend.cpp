@@ -1,37 +1,37 @@
-// cuda/cuda_backend.cpp - the CUDA backend's entry points (spattn/cuda.hpp):
-// input checks specific to the GPU kernels, kernel arguments from the tensor
-// views, the mask's device plans, and the launch.
+// cuda/cuda_backend.cpp - the CUDA backend's entry points (spattn/cuda.hpp)
+// and the launch of a plan (cuda_launch.hpp): input checks specific to the
+// GPU kernels, kernel arguments from the tensor views, and the plan's passes
+// launched with them (everything else was decided by the planner,
+// plan/cuda_plan.cpp).
 #include <cuda_runtime_api.h>
 
 #include <cmath>
 #include <cstdint>
-#include <initializer_list>
 #include <memory>
-#include <string>
 
 #include "cuda/common/cuda_check.hpp"
-#include "cuda/common/device_info.hpp"
 #include "cuda/common/fwd_params.hpp"
-#include "cuda/common/keep_bit_classes.hpp"
 #include "cuda/common/packed_rows.hpp"
 #include "cuda/common/scratch_pool.hpp"
 #include "cuda/common/split_combine.hpp"
-#include "cuda/common/work_units.hpp"
+#include "cuda/cuda_launch.hpp"
 #include "cuda/fwd_sm80/fwd_sm80.hpp"
 #include "cuda/fwd_sm90/fwd_sm90.hpp"
-#include "cuda/kernel_choice.hpp"
 #include "cuda/naive/naive_attention.hpp"
-#include "cuda/plan/device_plan.hpp"
+#include "cuda/plan/cuda_plan.hpp"
+#include "cuda/plan/device_mask_copy.hpp"
 #include "cuda/select/dynamic_attention.hpp"
+#include "plan/plan_state.hpp"
 #include "spattn/attention.hpp"
 #include "spattn/cuda.hpp"
 #include "spattn/error.hpp"
-#include "spattn/pattern_terms.hpp"
 
 namespace spattn {
 namespace {
 
-using cuda_detail::check_cuda;
+using cuda_detail::CudaPlan;
+using cuda_detail::FwdParams;
+using cuda_detail::HeadPacking;
 
 constexpr double kLog2e = 1.4426950408889634;
 
@@ -114,183 +114,66 @@ cuda_detail::FwdParams packed_view(cuda_detail::FwdParams p, int64_t pack) {
   return p;
 }
 
-// Whether the Hopper kernel runs this call (choose_sm90 with the mask's fit).
-bool use_sm90(const cuda_detail::FwdParams& p, const BlockMask& mask) {
-  return cuda_detail::choose_sm90("CUDA backend", p.head_dim,
-                                  cuda_detail::sm90_tile_fits(p.head_dim, mask, p.packed.any()),
-                                  [&] { cuda_detail::check_tile_fit(mask, cuda_detail::sm90_tile(p.head_dim)); });
-}
-
-// The plan a call with arguments `p` on `mask` runs on `tile` (the plans
-// but the plain one split rows as a PlanSplit asks; device_split_plan):
-// - where its rows (mask heads x query tiles) times the call's copies (batch
-//   x query heads per mask head) are fewer work units than the kernel runs
-//   at a time on the current device (a call of few query tiles and heads, as
-//   in decoding, would leave most multiprocessors idle), the plan that
-//   splits its rows into two units per multiprocessor (min_items; the
-//   pieces merge as split rows do). Two per multiprocessor ran fastest on
-//   both kernels (H100, 1 x 128K keys): the sm90 kernel's one
-//   CTA per multiprocessor takes two units in turn, and the sm80 kernel's
-//   two CTAs take one each (as the two CTAs per multiprocessor of the sm90
-//   kernel's small tile do);
-// - where the plain plan splits rows, the plan that keeps whole every row no
-//   longer than the call's key tiles per running CTA (whole_row_tiles,
-//   rounded down to a power of two, so that calls of similar size share a
-//   plan): started first, such a row ends no later than the others, and
-//   needs no partial results and no merge, which cost BigBird's split
-//   global rows about 4% (H100); the plain plan where that share is
-//   no longer than the pieces it splits rows into anyway;
-// - where it splits none and its rows are as long as each other (dense
-//   attention), the plan that spreads the grid's last round over every
-//   running CTA (tail_split), unless the units divide evenly;
-// - the plain plan for varlen batches (whose sequences may be far shorter
-//   than the mask) and for unequal rows that need no split.
-cuda_detail::DeviceTilePlanView call_plan(const cuda_detail::FwdParams& p, const BlockMask& mask,
-                                          cuda_detail::TileShape tile, bool sm90, cudaStream_t s) {
-  const int64_t copies = p.batch * (p.q_heads / mask.num_heads());
-  const int64_t rows = mask.num_heads() * pattern_math::ceil_div(mask.q_len(), tile.rows);
-  const int64_t sms = cuda_detail::current_device_info().sms;
-  const int64_t resident =
-      sms * (sm90 ? cuda_detail::sm90_ctas_per_sm(tile) : cuda_detail::sm80_ctas_per_sm(p.head_dim));
-  if (copies == 0) return cuda_detail::device_tile_plan(mask, tile, s);
-  if (rows * copies >= resident) {
-    const cuda_detail::DeviceTilePlanView plain = cuda_detail::device_tile_plan(mask, tile, s);
-    if (p.varlen.cu_seqlens_q != nullptr) return plain;
-    const int64_t key_tiles = cuda_detail::plan_key_tiles(mask, tile);
-    if (plain.num_split_rows == 0) {
-      if (!cuda_detail::items_of_equal_length(plain)) return plain;
-      const cuda_detail::PlanSplit tail = cuda_detail::tail_split(rows, key_tiles / rows, copies, resident);
-      return tail.tail_rows > 0 ? cuda_detail::device_split_plan(mask, tile, tail, s) : plain;
-    }
-    cuda_detail::PlanSplit whole;
-    whole.whole_row_tiles = 1;
-    while (2 * whole.whole_row_tiles <= key_tiles * copies / resident) whole.whole_row_tiles *= 2;
-    if (whole.whole_row_tiles <= cuda_detail::split_piece_tiles(key_tiles, rows)) return plain;
-    return cuda_detail::device_split_plan(mask, tile, whole, s);
+// Scratch for the partial results of the split rows of p's plan, with
+// p.partial_o and p.partial_lse pointing into it (stream-ordered, from a pool
+// that keeps its memory: no synchronisation, capturable in a graph).
+class PartialResults {
+ public:
+  PartialResults(cuda_detail::FwdParams& p, int64_t tile_rows, cudaStream_t stream)
+      : scratch_(p.plan.num_split_rows == 0
+                     ? 0
+                     : static_cast<size_t>(cuda_detail::partial_o_floats(p, tile_rows) +
+                                           cuda_detail::partial_lse_floats(p, tile_rows)) *
+                           sizeof(float),
+                 stream) {
+    if (p.plan.num_split_rows == 0) return;
+    p.partial_o = static_cast<float*>(scratch_.get());
+    p.partial_lse = p.partial_o + cuda_detail::partial_o_floats(p, tile_rows);
   }
-  // A tile's rows with queries (positions x packed heads): few of them make short pieces pay.
-  cuda_detail::PlanSplit fill;
-  fill.min_items = pattern_math::ceil_div(2 * sms, copies);
-  fill.min_piece_tiles = cuda_detail::min_fill_piece_tiles(std::min(p.q_len, tile.rows), tile);
-  return cuda_detail::device_split_plan(mask, tile, fill, s);
-}
 
-// The fused kernel with p.plan (of `tile`, made from `mask`); split rows
-// write partial results to stream-ordered scratch (from a pool that keeps
-// its memory: no synchronisation, capturable in a graph).
-void run_fused(cuda_detail::FwdParams p, const BlockMask& mask, DType dtype, bool sm90, cuda_detail::TileShape tile,
-               cudaStream_t s) {
-  p.keep_bits.classes = cuda_detail::keep_bit_classes(p, mask);
+ private:
+  cuda_detail::ScopedScratch scratch_;
+};
+
+// The fused kernel of the plan on a pass's arguments `p`.
+void run_pass(cuda_detail::FwdParams p, const CudaPlan& plan, DType dtype, cudaStream_t s) {
   require(!p.merge_into_out || (p.plan.num_split_rows == 0 && p.lse != nullptr),
           "CUDA backend: a pass merged into out needs the rest's LSE and cannot have split rows (their combine "
           "step does not merge)");
-  const auto run = [&] {
-    if (sm90)
-      cuda_detail::run_fwd_sm90(p, dtype, s);
-    else
-      cuda_detail::run_fwd_sm80(p, dtype, s);
-  };
-  if (p.plan.num_split_rows == 0) return run();
-  const int64_t rows = tile.rows;
-  const int64_t o_floats = cuda_detail::partial_o_floats(p, rows);
-  const int64_t lse_floats = cuda_detail::partial_lse_floats(p, rows);
-  cuda_detail::ScopedScratch scratch(static_cast<size_t>(o_floats + lse_floats) * sizeof(float), s);
-  p.partial_o = static_cast<float*>(scratch.get());
-  p.partial_lse = p.partial_o + o_floats;
-  run();
+  const PartialResults partial(p, plan.tile.rows, s);
+  if (plan.sm90)
+    cuda_detail::run_fwd_sm90(p, dtype, s);
+  else
+    cuda_detail::run_fwd_sm80(p, dtype, s);
 }
 
-// `t` from row `row` on (its data moved forward by `elem`-byte elements; strides unchanged).
-cuda_detail::TensorArg from_row(cuda_detail::TensorArg t, int64_t row, int64_t elem) {
-  t.data = static_cast<char*>(t.data) + row * t.stride_l * elem;
-  return t;
-}
-
-// The dilated split a call on `tile` with `q_heads` query heads runs, if
-// any (the mask's split is per query head). Its permuted pass merges
-// each row into the rest's result as it writes it, which the pieces of a
-// split row cannot; the pass's rows (one group's keys, causal or not, in
-// block-diagonal groups) stay within twice the average row, so its plans do
-// not split them, and a call whose permuted plan did would run without the
-// permutation (cuda_prepare_mask prepares that plan too).
-std::shared_ptr<const cuda_detail::DilatedSplit> call_split(const BlockMask& mask, cuda_detail::TileShape tile,
-                                                            int64_t q_heads, cudaStream_t s) {
-  std::shared_ptr<const cuda_detail::DilatedSplit> split = cuda_detail::dilated_split(mask, tile);
-  if (!split || split->query_heads != q_heads) return nullptr;
-  if (cuda_detail::device_tile_plan(split->permuted, tile, s).num_split_rows > 0) return nullptr;
-  return split;
-}
-
-// A dilated term through the token permutation (cuda/plan/dilated_split.hpp):
-// the rest of the pattern into out and the LSE (the caller's or scratch),
-// then block-diagonal attention over the (segment, residue) groups (less the
-// rest's full runs), which reads the groups' rows of q, k and v in place
-// (FwdParams::residue_rate: rows step by the rate) and merges each row into
-// out and the LSE as it writes it. Both passes run on the kernel the split
-// was made for.
-void run_dilated_split(const cuda_detail::DilatedSplit& split, const cuda_detail::FwdParams& p, DType dtype,
-                       bool sm90, cuda_detail::TileShape tile, cudaStream_t s) {
-  const int64_t shift = p.k_len - p.q_len;  // query row i sits at position i + shift
+// The passes of the plan on the call's arguments `call` (query heads packed
+// as the plan packs them): one, or a dilated split's rest pass into out and
+// the LSE (the caller's or scratch) and then its permuted pass, which merges
+// each row into them as it writes it.
+void run_passes(const cuda_detail::FwdParams& call, const CudaPlan& plan, DType dtype, cudaStream_t s) {
+  if (plan.passes.size() == 1) return run_pass(cuda_detail::pass_params(plan.passes[0], call), plan, dtype, s);
   // The rest's LSE when the caller has none: the permuted pass merges with it.
-  const int64_t rest_lse_bytes = p.lse ? 0 : p.batch * p.q_heads * p.q_len * 4;
+  const int64_t rest_lse_bytes = call.lse ? 0 : call.batch * call.q_heads * call.q_len * 4;
   cuda_detail::ScopedScratch scratch(static_cast<size_t>(rest_lse_bytes), s);
-
-  cuda_detail::FwdParams rest = p;
-  if (!p.lse) {
+  cuda_detail::FwdParams rest = cuda_detail::pass_params(plan.passes[0], call);
+  if (!call.lse) {
     rest.lse = static_cast<float*>(scratch.get());
-    rest.lse_stride_b = p.q_heads * p.q_len;
-    rest.lse_stride_h = p.q_len;
+    rest.lse_stride_b = call.q_heads * call.q_len;
+    rest.lse_stride_h = call.q_len;
     rest.lse_stride_l = 1;
   }
-  rest.mask = cuda_detail::device_mask(split.rest, s);
-  rest.plan = cuda_detail::device_tile_plan(split.rest, tile, s);
-  rest.exclude = cuda_detail::rest_exclusion(split);
-  run_fused(rest, split.rest, dtype, sm90, tile, s);
-
-  cuda_detail::FwdParams perm = p;
-  perm.q_len = perm.k_len = split.num_segments * split.group;
-  perm.mask = cuda_detail::device_mask(split.permuted, s);
-  perm.plan = cuda_detail::device_tile_plan(split.permuted, tile, s);
-  perm.exclude = cuda_detail::permuted_exclusion(split, p.q_len, p.k_len,
-                                                 cuda_detail::device_table(split.rest, split.full_runs, s));
-  const int64_t q_first = split.first_position - shift;  // the query row at the first regular position
-  perm.q = from_row(p.q, q_first, dtype_size(dtype));
-  perm.k = from_row(p.k, split.first_position, dtype_size(dtype));
-  perm.v = from_row(p.v, split.first_position, dtype_size(dtype));
-  perm.residue_rate = split.rate;
-  perm.out = from_row(p.out, q_first, p.out_f32 ? 4 : dtype_size(dtype));
-  perm.lse = rest.lse + q_first * rest.lse_stride_l;
-  perm.lse_stride_b = rest.lse_stride_b;
-  perm.lse_stride_h = rest.lse_stride_h;
-  perm.lse_stride_l = rest.lse_stride_l;
-  perm.merge_into_out = true;
-  perm.rest_keeps_blocks = split.rest.num_blocks() > 0;
-  run_fused(perm, split.permuted, dtype, sm90, tile, s);
-}
-
-// Runs a call with kernel arguments `p` (validated; query heads packed or
-// not) on `mask`: the kernel and tile, a dilated split or the call's plan.
-void run_attention(cuda_detail::FwdParams p, const BlockMask& mask, DType dtype, cudaStream_t s) {
-  const bool sm90 = use_sm90(p, mask);
-  if (!sm90) {
-    cuda_detail::check_fwd_sm80_head_dim(p.head_dim);
-    cuda_detail::check_tile_fit(mask, cuda_detail::kSm80NarrowTile);
-  }
-  const cuda_detail::TileShape tile = cuda_detail::call_tile(sm90, p.head_dim, mask, true, p.packed.any());
-  // The split's full runs depend on the tile (dilated_split.hpp), so it is made for the chosen kernel.
-  const std::shared_ptr<const cuda_detail::DilatedSplit> split = call_split(mask, tile, p.q_heads, s);
-  if (split) return run_dilated_split(*split, p, dtype, sm90, tile, s);
-  p.mask = cuda_detail::device_mask(mask, s);
-  p.plan = call_plan(p, mask, tile, sm90, s);
-  run_fused(p, mask, dtype, sm90, tile, s);
+  run_pass(rest, plan, dtype, s);
+  const int64_t in_bytes = dtype_size(dtype), out_bytes = call.out_f32 ? 4 : in_bytes;
+  run_pass(cuda_detail::permuted_params(plan, call, rest, in_bytes, out_bytes), plan, dtype, s);
 }
 
 // Runs a validated call `p` of several query positions whose query heads
-// run `pack` to a kv head as the rows of one tile (PackedHeads): q copied
+// run plan.pack to a kv head as the rows of one tile (PackedHeads): q copied
 // into packed rows in stream-ordered scratch, the call on them, then out and
 // the LSE copied back (packed_rows.hpp).
-void run_packed_copies(const cuda_detail::FwdParams& p, const BlockMask& mask, int64_t pack, DType dtype,
-                       cudaStream_t s) {
+void run_packed_copies(const cuda_detail::FwdParams& p, const CudaPlan& plan, DType dtype, cudaStream_t s) {
+  const int64_t pack = plan.pack;
   const int64_t rows = p.batch * p.q_heads * p.q_len;  // of q, out and the LSE alike
   const int64_t in_bytes = dtype_size(dtype), out_bytes = p.out_f32 ? 4 : in_bytes;
   const auto aligned = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
@@ -319,7 +202,7 @@ void run_packed_copies(const cuda_detail::FwdParams& p, const BlockMask& mask, i
 
   cuda_detail::PackedRowsShape shape{p.batch, p.q_heads, pack, p.q_len, p.head_dim, in_bytes};
   cuda_detail::launch_packed_rows(p.q, packed.q, shape, cuda_detail::PackDirection::ToPacked, s);
-  run_attention(packed, mask, dtype, s);
+  run_passes(packed, plan, dtype, s);
   shape.elem_bytes = out_bytes;
   cuda_detail::launch_packed_rows(p.out, packed.out, shape, cuda_detail::PackDirection::FromPacked, s);
   if (p.lse) {
@@ -330,16 +213,26 @@ void run_packed_copies(const cuda_detail::FwdParams& p, const BlockMask& mask, i
   }
 }
 
+// Requires the current device to be the plan's.
+void check_plan_device(const CudaPlan& plan) {
+  const int device = cuda_detail::current_device();
+  require(device == plan.device, "CUDA backend: the plan was made for device ", plan.device,
+          " but the current device is ", device);
+}
+
 }  // namespace
 
-bool cuda_is_device_pointer(const void* p) {
+int cuda_pointer_device(const void* p) {
   cudaPointerAttributes attributes{};
   if (cudaPointerGetAttributes(&attributes, p) != cudaSuccess) {
     cudaGetLastError();  // an unknown pointer leaves a non-sticky error behind; clear it
-    return false;
+    return -1;
   }
-  return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
+  const bool on_device = attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
+  return on_device ? attributes.device : -1;
 }
+
+bool cuda_is_device_pointer(const void* p) { return cuda_pointer_device(p) >= 0; }
 
 int cuda_device_count() {
   int count = 0;
@@ -350,82 +243,60 @@ int cuda_device_count() {
   return count;
 }
 
-void cuda_prepare_mask(const BlockMask& mask) {
-  // The plans of each kernel that may run the mask (the head dim decides
-  // between them at the call), and those of its dilated split on the tile
-  // unless calls there never make one (`splits`).
-  const auto prepare = [&](cuda_detail::TileShape tile, bool splits) {
-    if (cuda_detail::device_tile_plan(mask, tile, nullptr).num_split_rows > 0) cuda_detail::scratch_pool();
-    if (!splits) return;
-    if (const auto split = cuda_detail::dilated_split(mask, tile)) {
-      cuda_detail::device_tile_plan(split->rest, tile, nullptr);
-      cuda_detail::device_tile_plan(split->permuted, tile, nullptr);
-      cuda_detail::device_table(split->rest, split->full_runs, nullptr);
-      cuda_detail::scratch_pool();
-    }
-  };
-  // Every sm90 launch takes its work counter from the scratch pool: created
-  // here whatever the kernel choice now, since the choice may change before a
-  // capture.
-  cuda_detail::scratch_pool();
-  // The tile a call takes at each head dim where the kernel chooses between
-  // tiles, for calls that make dilated splits and for varlen calls (which
-  // make none).
-  const auto prepare_taken = [&](bool sm90, std::initializer_list<int64_t> head_dims) {
-    for (const int64_t head_dim : head_dims)
-      for (const bool splits : {true, false}) {
-        const cuda_detail::TileShape tile = cuda_detail::call_tile(sm90, head_dim, mask, splits);
-        if (cuda_detail::tile_fits(mask, tile)) prepare(tile, splits);
-      }
-  };
-  prepare(cuda_detail::kSm80NarrowTile, true);
-  prepare_taken(false, {32, 64});
-  if (cuda_kernel() != CudaKernel::Sm80 && cuda_detail::fwd_sm90_available()) {
-    for (const cuda_detail::TileShape tile : {cuda_detail::kSm90WideTile, cuda_detail::kSm90NarrowTile})
-      if (cuda_detail::tile_fits(mask, tile)) prepare(tile, true);
-    prepare_taken(true, {64, 128});
+namespace cuda_detail {
+
+void launch_plan(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                 const CudaPlan& plan, double scale, const TensorView* lse, void* stream) {
+  check_plan_device(plan);
+  const FwdParams p = kernel_params(q, k, v, out, scale, lse);
+  const auto s = static_cast<cudaStream_t>(stream);
+  switch (plan.packing) {
+    case HeadPacking::None: return run_passes(p, plan, q.dtype, s);
+    case HeadPacking::InPlace: return run_passes(packed_view(p, plan.pack), plan, q.dtype, s);
+    case HeadPacking::Copies: return run_packed_copies(p, plan, q.dtype, s);
   }
 }
+
+void launch_varlen_plan(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                        const VarlenBatch& batch, const CudaPlan& plan, double scale, const TensorView* lse,
+                        void* stream) {
+  check_plan_device(plan);
+  FwdParams p = kernel_params(q, k, v, out, scale, lse);
+  require(cuda_is_device_pointer(batch.cu_seqlens_q), "CUDA backend: cu_seqlens_q must point to device memory");
+  require(cuda_is_device_pointer(batch.cu_seqlens_k), "CUDA backend: cu_seqlens_k must point to device memory");
+  // A packed batch without queries has no row to write; one with queries
+  // but no keys breaks Lq(b) <= Lk(b) for some sequence.
+  if (q.seq_len() == 0) return;
+  require(k.seq_len() > 0, "varlen: k holds no rows but q holds ", q.seq_len(),
+          "; each sequence needs Lq <= Lk (its queries are its last Lq positions)");
+  // The grid's batch axis walks the sequences; lengths come from cu_seqlens on the device.
+  const BlockMaskView shape = plan.passes.front().plan.blocks;
+  p.batch = batch.num_seqs;
+  p.q_len = shape.q_len;
+  p.k_len = shape.k_len;
+  p.varlen.cu_seqlens_q = batch.cu_seqlens_q;
+  p.varlen.cu_seqlens_k = batch.cu_seqlens_k;
+  p.varlen.total_q = q.seq_len();
+  p.varlen.total_k = k.seq_len();
+  run_passes(p, plan, q.dtype, static_cast<cudaStream_t>(stream));
+}
+
+}  // namespace cuda_detail
 
 void cuda_attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                     const BlockMask& mask, double scale, const TensorView* lse, void* stream) {
   validate_attention(q, k, v, out, mask, lse);
-  const cuda_detail::FwdParams p = kernel_params(q, k, v, out, scale, lse);
-  const auto s = static_cast<cudaStream_t>(stream);
-  const int64_t pack = cuda_detail::packed_query_heads(q.seq_len(), q.heads(), k.heads(), mask);
-  if (pack == 1) return run_attention(p, mask, q.dtype, s);
-  if (q.seq_len() == 1) return run_attention(packed_view(p, pack), mask, q.dtype, s);
-  run_packed_copies(p, mask, pack, q.dtype, s);
+  const Plan plan = detail::cached_plan(mask, call_shape(q, k), Backend::Cuda, q.data, false, stream);
+  cuda_detail::launch_plan(q, k, v, out, *plan.state().cuda, scale, lse, stream);
 }
 
 void cuda_attention_varlen(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                            const VarlenBatch& batch, const BlockMask& mask, double scale, const TensorView* lse,
                            void* stream) {
   validate_attention_varlen(q, k, v, out, batch, mask, lse);
-  cuda_detail::FwdParams p = kernel_params(q, k, v, out, scale, lse);
-  require(cuda_is_device_pointer(batch.cu_seqlens_q), "CUDA backend: cu_seqlens_q must point to device memory");
-  require(cuda_is_device_pointer(batch.cu_seqlens_k), "CUDA backend: cu_seqlens_k must point to device memory");
-  // A packed batch without queries or keys has no product to compute (and no
-  // rows for the sm90 kernel's tensor maps): the sm80 kernel writes its rows.
-  const bool empty = q.seq_len() == 0 || k.seq_len() == 0;
-  const bool sm90 = !empty && use_sm90(p, mask);
-  if (!sm90) {
-    cuda_detail::check_fwd_sm80_head_dim(p.head_dim);
-    cuda_detail::check_tile_fit(mask, cuda_detail::kSm80NarrowTile);
-  }
-  // The grid's batch axis walks the sequences; lengths come from cu_seqlens on the device.
-  p.batch = batch.num_seqs;
-  p.q_len = mask.q_len();
-  p.k_len = mask.k_len();
-  p.varlen.cu_seqlens_q = batch.cu_seqlens_q;
-  p.varlen.cu_seqlens_k = batch.cu_seqlens_k;
-  p.varlen.total_q = q.seq_len();
-  p.varlen.total_k = k.seq_len();
-  const auto s = static_cast<cudaStream_t>(stream);
-  p.mask = cuda_detail::device_mask(mask, s);
-  const cuda_detail::TileShape tile = cuda_detail::call_tile(sm90, p.head_dim, mask, false);
-  p.plan = call_plan(p, mask, tile, sm90, s);
-  run_fused(p, mask, q.dtype, sm90, tile, s);
+  const Plan plan = detail::cached_plan(mask, varlen_call_shape(q, k, batch, mask.q_len()), Backend::Cuda, q.data,
+                                       false, stream);
+  cuda_detail::launch_varlen_plan(q, k, v, out, batch, *plan.state().cuda, scale, lse, stream);
 }
 
 void cuda_naive_attention(const TensorView& q, const TensorView& k, const TensorView& v,
@@ -433,7 +304,7 @@ void cuda_naive_attention(const TensorView& q, const TensorView& k, const Tensor
                           void* stream) {
   cuda_detail::FwdParams p = make_params(q, k, v, out, mask, scale, lse);
   const auto s = static_cast<cudaStream_t>(stream);
-  p.mask = cuda_detail::device_mask(mask, s);
+  p.mask = cuda_detail::shared_device_copy(mask, s)->view();
   cuda_detail::run_naive(p, q.dtype, s);
 }
 

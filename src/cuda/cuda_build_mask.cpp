@@ -1,6 +1,6 @@
 // cuda/cuda_build_mask.cpp - cuda_build_mask (spattn/cuda.hpp): a BlockMask
 // built on the device, mirrored to the host and adopted as the mask's device
-// copy.
+// copy (its plan cache's, device_mask_copy.hpp).
 #include <cuda_runtime_api.h>
 
 #include <memory>
@@ -9,7 +9,8 @@
 
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/plan/device_mask_build.hpp"
-#include "cuda/plan/device_plan.hpp"
+#include "cuda/plan/device_mask_copy.hpp"
+#include "plan/plan_cache.hpp"
 #include "spattn/cuda.hpp"
 
 namespace spattn {
@@ -55,7 +56,9 @@ BlockMask cuda_build_mask(const Pattern& pattern, const MaskShape& shape, void* 
   check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize after the mask copy");
   BlockMask mask = detail::BlockMaskAssembly::built(v, std::move(row_offsets), std::move(kv_indices),
                                                     std::move(kv_full), std::make_shared<Pattern>(pattern));
-  cuda_detail::adopt_device_mask(mask, v, std::move(exprs), std::move(arrays));
+  mask.plan_cache().adopt_device_copy(
+      cuda_detail::current_device(),
+      std::make_shared<const cuda_detail::DeviceMaskCopy>(v, std::move(exprs), std::move(arrays)));
   return mask;
 }
 

@@ -9,7 +9,8 @@
 
 #include "cuda/fwd_sm80/fwd_sm80.hpp"
 #include "cuda/fwd_sm90/fwd_sm90.hpp"
-#include "cuda/plan/device_plan.hpp"
+#include "cuda/plan/mask_facts.hpp"
+#include "plan/plan_state.hpp"
 #include "spattn/cuda.hpp"
 #include "spattn/error.hpp"
 #include "spattn/pattern.hpp"
@@ -35,7 +36,10 @@ std::atomic<int>& kernel_choice() {
 
 }  // namespace
 
-void cuda_set_kernel(CudaKernel kernel) { kernel_choice().store(static_cast<int>(kernel)); }
+void cuda_set_kernel(CudaKernel kernel) {
+  kernel_choice().store(static_cast<int>(kernel));
+  detail::invalidate_cached_plans();  // cached plans hold the kernel they were made for
+}
 
 CudaKernel cuda_kernel() {
   int c = kernel_choice().load();
@@ -86,8 +90,8 @@ TileShape kernel_tile(bool sm90, int64_t head_dim, bool sm80_wide) {
 namespace {
 
 // Pairs the plan of `tile` computes: its key tiles times the tile's pairs.
-double plan_pairs(const BlockMask& mask, TileShape tile) {
-  return static_cast<double>(plan_key_tiles(mask, tile)) * static_cast<double>(tile.rows * tile.cols);
+double plan_pairs(MaskFacts& facts, TileShape tile) {
+  return static_cast<double>(facts.key_tiles(tile)) * static_cast<double>(tile.rows * tile.cols);
 }
 
 // The speed per computed pair of the sm80 kernel's narrow tile against its
@@ -126,6 +130,7 @@ std::atomic<int>& forced_sm80_wide_tile() {
 }
 std::optional<bool> exchange_forced(std::atomic<int>& forced, std::optional<bool> value) {
   const int before = forced.exchange(value ? static_cast<int>(*value) : -1);
+  detail::invalidate_cached_plans();  // cached plans hold the tile they were made for
   return before < 0 ? std::nullopt : std::optional<bool>(before == 1);
 }
 
@@ -142,7 +147,8 @@ bool small_tile_fits(const BlockMask& mask) {
 // option whose plan computes the fewest pairs over its speed per pair, ties
 // to the earlier one, the wide tile last. An option forced off is never
 // taken, but for the narrow tile where the wide one does not fit.
-TileShape sm90_option_tile(int64_t head_dim, const BlockMask& mask, bool packed_heads) {
+TileShape sm90_option_tile(int64_t head_dim, MaskFacts& facts, bool packed_heads) {
+  const BlockMask& mask = facts.mask();
   const bool wide_fits = tile_fits(mask, kSm90WideTile);
   const int narrow_forced = forced_narrow_tile().load();
   struct Option {
@@ -165,7 +171,7 @@ TileShape sm90_option_tile(int64_t head_dim, const BlockMask& mask, bool packed_
   double best_cost = 0;
   for (const Option& option : options) {
     if (!option.eligible || option.forced == 0) continue;
-    const double cost = plan_pairs(mask, option.tile) / option.speed;
+    const double cost = plan_pairs(facts, option.tile) / option.speed;
     if (best == nullptr || cost < best_cost) {
       best = &option;
       best_cost = cost;
@@ -180,12 +186,13 @@ TileShape sm90_option_tile(int64_t head_dim, const BlockMask& mask, bool packed_
 // wide tile that ran 4-6% slower (same-run on an H100 at D = 64, when the
 // pass still read gathered copies). Varlen batches run dilated patterns
 // without a split.
-bool sm80_wide_tile(int64_t head_dim, const BlockMask& mask, bool dilated_splits) {
+bool sm80_wide_tile(int64_t head_dim, MaskFacts& facts, bool dilated_splits) {
   const int forced = forced_sm80_wide_tile().load();
-  if (forced == 0 || !tile_fits(mask, kSm80WideTile) || (dilated_splits && dilated_split(mask, kSm80NarrowTile)))
+  if (forced == 0 || !tile_fits(facts.mask(), kSm80WideTile) ||
+      (dilated_splits && facts.dilated_split(kSm80NarrowTile)))
     return false;
   if (forced == 1) return true;
-  return plan_pairs(mask, kSm80NarrowTile) > sm80_narrow_tile_speed(head_dim) * plan_pairs(mask, kSm80WideTile);
+  return plan_pairs(facts, kSm80NarrowTile) > sm80_narrow_tile_speed(head_dim) * plan_pairs(facts, kSm80WideTile);
 }
 
 bool sm90_tile_fits(int64_t head_dim, const BlockMask& mask, bool packed_heads) {
@@ -210,15 +217,16 @@ std::optional<bool> force_sm80_wide_tile(std::optional<bool> wide) {
   return exchange_forced(forced_sm80_wide_tile(), wide);
 }
 
-TileShape call_tile(bool sm90, int64_t head_dim, const BlockMask& mask, bool dilated_splits, bool packed_heads) {
+TileShape call_tile(bool sm90, int64_t head_dim, MaskFacts& facts, bool dilated_splits, bool packed_heads) {
+  const BlockMask& mask = facts.mask();
   if (!sm90)
-    return kernel_tile(false, head_dim, sm80_wide_head_dim(head_dim) && sm80_wide_tile(head_dim, mask, dilated_splits));
+    return kernel_tile(false, head_dim, sm80_wide_head_dim(head_dim) && sm80_wide_tile(head_dim, facts, dilated_splits));
   const bool options =
       sm90_tall_head_dim(head_dim) || sm90_small_head_dim(head_dim) || sm90_narrow_option_head_dim(head_dim);
   // Both passes of a dilated split run on the split made for the kernel's own tile.
-  if (!options || (dilated_splits && tile_fits(mask, kSm90WideTile) && dilated_split(mask, kSm90WideTile)))
+  if (!options || (dilated_splits && tile_fits(mask, kSm90WideTile) && facts.dilated_split(kSm90WideTile)))
     return sm90_tile(head_dim);
-  return sm90_option_tile(head_dim, mask, packed_heads);
+  return sm90_option_tile(head_dim, facts, packed_heads);
 }
 
 }  // namespace cuda_detail

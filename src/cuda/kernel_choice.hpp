@@ -1,6 +1,7 @@
 // cuda/kernel_choice.hpp - which fused kernel runs a call, and its tile: the
-// one decision shared by attention (cuda_backend.cpp) and dynamic attention
-// (select/dynamic_attention.cu).
+// one decision shared by the planner (plan/cuda_plan.cpp) and dynamic
+// attention (select/dynamic_attention.cu). The process-wide switches below
+// make cached plans be made again (plan_generation).
 #pragma once
 
 #include <cstdint>
@@ -8,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "cuda/plan/mask_facts.hpp"
 #include "cuda/plan/tile_plan.hpp"
 #include "spattn/block_mask.hpp"
 
@@ -31,9 +33,9 @@ TileShape kernel_tile(bool sm90, int64_t head_dim, bool sm80_wide);
 // sm80_wide_head_dim) on its wide tile (fwd_sm80.hpp): the blocks fit it,
 // where the call makes dilated splits (`dilated_splits`) the mask has none,
 // and the narrow tile's plan computes more than 90% (D = 64) or 80% (D = 32)
-// of the wide tile's pairs (plan_key_tiles; BigBird and random blocks of
+// of the wide tile's pairs (MaskFacts::key_tiles; BigBird and random blocks of
 // 64 fill 128-key tiles poorly), unless force_sm80_wide_tile says otherwise.
-bool sm80_wide_tile(int64_t head_dim, const BlockMask& mask, bool dilated_splits);
+bool sm80_wide_tile(int64_t head_dim, MaskFacts& facts, bool dilated_splits);
 
 // Whether the mask's blocks fit a tile the sm90 kernel runs at `head_dim`
 // (its own, sm90_tile, or the narrow or small one where the head dim has it;
@@ -52,9 +54,8 @@ bool sm90_tile_fits(int64_t head_dim, const BlockMask& mask, bool packed_heads);
 // the fewest pairs over its speed per pair against the wide tile (tall
 // 1.05; narrow 0.65 at D = 64 and 0.8 at D = 128; small 0.65 and 0.7), ties
 // to the tall, small, narrow tile in that order; pairs counted on the host
-// once per mask (plan_key_tiles). The force_* switches below override it.
-TileShape call_tile(bool sm90, int64_t head_dim, const BlockMask& mask, bool dilated_splits,
-                    bool packed_heads = false);
+// once per plan (MaskFacts::key_tiles). The force_* switches below override it.
+TileShape call_tile(bool sm90, int64_t head_dim, MaskFacts& facts, bool dilated_splits, bool packed_heads = false);
 
 // The query heads per kv head a call on `mask` (validated against its
 // tensors) packs into the rows of one tile (PackedHeads in fwd_params.hpp), or 1

@@ -5,9 +5,13 @@
 #include <algorithm>
 #include <limits>
 
+#include "plan/plan_cache.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn {
+
+BlockMask::BlockMask()
+    : arrays_(std::make_shared<const Arrays>()), plans_(std::make_shared<detail::PlanCache>()) {}
 
 BlockMask::BlockMask(int64_t q_len, int64_t k_len, int64_t block_q, int64_t block_k,
                      int64_t num_heads, std::vector<int64_t> row_offsets,
@@ -28,13 +32,16 @@ BlockMask::BlockMask(BuiltPlan, int64_t q_len, int64_t k_len, int64_t block_q, i
       block_q_(block_q),
       block_k_(block_k),
       num_heads_(num_heads),
-      row_offsets_(std::move(row_offsets)),
-      kv_indices_(std::move(kv_indices)),
-      kv_full_(std::move(kv_full)),
+      arrays_(std::make_shared<const Arrays>(Arrays{std::move(row_offsets), std::move(kv_indices),
+                                                    std::move(kv_full)})),
       pattern_(std::move(pattern)),
-      pattern_plan_(pattern_ != nullptr) {}
+      pattern_plan_(pattern_ != nullptr),
+      plans_(std::make_shared<detail::PlanCache>()) {}
 
 void BlockMask::validate() const {
+  const std::vector<int64_t>& offsets = arrays_->row_offsets;
+  const std::vector<int32_t>& indices = arrays_->kv_indices;
+  const std::vector<uint8_t>& full = arrays_->kv_full;
   const int64_t q_len = q_len_, k_len = k_len_, block_q = block_q_, block_k = block_k_,
                 num_heads = num_heads_;
   require(q_len > 0, "q_len must be > 0, got ", q_len);
@@ -48,26 +55,26 @@ void BlockMask::validate() const {
   require(nqb <= std::numeric_limits<int64_t>::max() / num_heads - 1,
           "num_heads * num_q_blocks overflows: num_heads=", num_heads, " num_q_blocks=", nqb);
   const int64_t rows = num_heads * nqb;
-  require(static_cast<int64_t>(row_offsets_.size()) == rows + 1,
+  require(static_cast<int64_t>(offsets.size()) == rows + 1,
           "row_offsets must have num_heads*num_q_blocks+1 = ", rows + 1, " entries, got ",
-          row_offsets_.size());
-  require(row_offsets_.front() == 0, "row_offsets[0] must be 0, got ", row_offsets_.front());
-  require(row_offsets_.back() == static_cast<int64_t>(kv_indices_.size()),
-          "row_offsets[last] must equal the number of kv_indices (", kv_indices_.size(), "), got ",
-          row_offsets_.back());
-  require(kv_full_.size() == kv_indices_.size(), "kv_full must have one entry per kv index (",
-          kv_indices_.size(), "), got ", kv_full_.size());
+          offsets.size());
+  require(offsets.front() == 0, "row_offsets[0] must be 0, got ", offsets.front());
+  require(offsets.back() == static_cast<int64_t>(indices.size()),
+          "row_offsets[last] must equal the number of kv_indices (", indices.size(), "), got ",
+          offsets.back());
+  require(full.size() == indices.size(), "kv_full must have one entry per kv index (",
+          indices.size(), "), got ", full.size());
   for (int64_t r = 0; r < rows; ++r) {
-    require(row_offsets_[r] <= row_offsets_[r + 1], "row_offsets must be non-decreasing, got row_offsets[",
-            r, "]=", row_offsets_[r], " > row_offsets[", r + 1, "]=", row_offsets_[r + 1]);
-    for (int64_t at = row_offsets_[r]; at < row_offsets_[r + 1]; ++at) {
-      require(kv_indices_[at] >= 0 && kv_indices_[at] < nkb, "kv_indices[", at, "] must be in [0, ",
-              nkb, "), got ", kv_indices_[at]);
-      require(at == row_offsets_[r] || kv_indices_[at] > kv_indices_[at - 1], "kv_indices of row ", r,
-              " must be sorted and unique, got ", kv_indices_[at - 1], " then ", kv_indices_[at]);
-      require(kv_full_[at] <= 1, "kv_full[", at, "] must be 0 or 1, got ",
-              static_cast<int>(kv_full_[at]));
-      require(kv_full_[at] == 1 || pattern_, "kv_full[", at,
+    require(offsets[r] <= offsets[r + 1], "row_offsets must be non-decreasing, got row_offsets[",
+            r, "]=", offsets[r], " > row_offsets[", r + 1, "]=", offsets[r + 1]);
+    for (int64_t at = offsets[r]; at < offsets[r + 1]; ++at) {
+      require(indices[at] >= 0 && indices[at] < nkb, "kv_indices[", at, "] must be in [0, ",
+              nkb, "), got ", indices[at]);
+      require(at == offsets[r] || indices[at] > indices[at - 1], "kv_indices of row ", r,
+              " must be sorted and unique, got ", indices[at - 1], " then ", indices[at]);
+      require(full[at] <= 1, "kv_full[", at, "] must be 0 or 1, got ",
+              static_cast<int>(full[at]));
+      require(full[at] == 1 || pattern_, "kv_full[", at,
               "] marks a partial block but the mask has no pattern to test its pairs");
     }
   }
@@ -83,7 +90,7 @@ int64_t BlockMask::num_q_blocks() const { return pattern_math::ceil_div(q_len_, 
 int64_t BlockMask::num_k_blocks() const { return pattern_math::ceil_div(k_len_, block_k_); }
 
 int64_t BlockMask::num_full_blocks() const {
-  return std::count(kv_full_.begin(), kv_full_.end(), uint8_t{1});
+  return std::count(kv_full().begin(), kv_full().end(), uint8_t{1});
 }
 
 BlockMaskView BlockMask::view() const {
@@ -95,9 +102,9 @@ BlockMaskView BlockMask::view() const {
   v.num_q_blocks = num_q_blocks();
   v.num_k_blocks = num_k_blocks();
   v.num_heads = num_heads_;
-  v.row_offsets = row_offsets_.data();
-  v.kv_indices = kv_indices_.data();
-  v.kv_full = kv_full_.data();
+  v.row_offsets = arrays_->row_offsets.data();
+  v.kv_indices = arrays_->kv_indices.data();
+  v.kv_full = arrays_->kv_full.data();
   return v;
 }
 
@@ -140,10 +147,11 @@ bool BlockMask::allowed(int64_t h, int64_t query_heads, int64_t i, int64_t j) co
   const BlockMaskView v = view();
   const int64_t r = v.row(v.mask_head(h, query_heads), i / block_q_);
   const int32_t kb = static_cast<int32_t>(j / block_k_);
-  const auto begin = kv_indices_.begin() + v.row_begin(r), end = kv_indices_.begin() + v.row_end(r);
+  const std::vector<int32_t>& indices = kv_indices();
+  const auto begin = indices.begin() + v.row_begin(r), end = indices.begin() + v.row_end(r);
   const auto it = std::lower_bound(begin, end, kb);
   if (it == end || *it != kb) return false;
-  if (kv_full_[it - kv_indices_.begin()]) return true;
+  if (kv_full()[static_cast<size_t>(it - indices.begin())]) return true;
   return pattern_->allowed(h, query_heads, q_len_, k_len_, i, j);
 }
 

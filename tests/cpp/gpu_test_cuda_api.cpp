@@ -20,9 +20,11 @@
 #include "cuda/common/work_units.hpp"
 #include "cuda/fwd_sm90/fwd_sm90.hpp"
 #include "cuda/kernel_choice.hpp"
-#include "cuda/plan/device_plan.hpp"
+#include "cuda/plan/cuda_plan.hpp"
 #include "cuda/plan/dilated_split.hpp"
 #include "cuda/plan/tile_plan.hpp"
+#include "plan/plan_cache.hpp"
+#include "plan/plan_state.hpp"
 #include "spattn/pattern.hpp"
 #include "gpu_test_support.hpp"
 #include "pattern_cases.hpp"
@@ -1089,16 +1091,26 @@ TEST(CudaBackend, RejectsUnsupportedInputsNamingTheValue) {
 }
 
 // The shape of a captured call: q_len queries (the last positions) over
-// k_len keys, q_heads over kv_heads; `eager_first`: the call runs once before
-// the capture (making the plan that splits the rows of a call too small to
-// fill the device, which the capture then uses).
+// k_len keys, q_heads over kv_heads.
 struct CaptureShape {
   int64_t q_len, k_len, q_heads, kv_heads;
-  bool eager_first = false;
 };
 
-// Captures one attention call in a graph after cuda_prepare_mask, replays it
-// on poisoned output and compares with the reference.
+// The plan of calls of `tensors`' shape on `mask` on the current device.
+Plan device_plan(const BlockMask& mask, const TensorView& q, const TensorView& k) {
+  PlanOptions options;
+  options.device = cuda_pointer_device(q.data);
+  return make_plan(mask, call_shape(q, k), options);
+}
+
+// The kernel tile the planner takes for a call on `mask`.
+TileShape planner_tile(bool sm90, int64_t head_dim, const BlockMask& mask, bool dilated_splits, bool packed = false) {
+  cuda_detail::MaskFacts facts(mask);
+  return cuda_detail::call_tile(sm90, head_dim, facts, dilated_splits, packed);
+}
+
+// Makes the call's plan, captures one attention call on it in a graph,
+// replays it on poisoned output and compares with the reference.
 void expect_graph_replay_matches(const Pattern& pattern, const CaptureShape& c) {
   const BlockMask mask = BlockMask::build(pattern, MaskShape{c.q_len, c.k_len, 64, 64, c.q_heads});
   HostTensor q(DType::BF16, 1, c.q_heads, c.q_len, 64), k(DType::BF16, 1, c.kv_heads, c.k_len, 64),
@@ -1109,16 +1121,18 @@ void expect_graph_replay_matches(const Pattern& pattern, const CaptureShape& c) 
   v.fill_random(rng);
   HostTensor got(DType::BF16, 1, c.q_heads, c.q_len, 64), ref(DType::F64, 1, c.q_heads, c.q_len, 64);
   DeviceTensor dq(q), dk(k), dv(v), dout(got);
-  cuda_prepare_mask(mask);
-  if (c.eager_first) cuda_attention(dq.view(), dk.view(), dv.view(), dout.view(), mask, 0.125);
+  const Plan plan = device_plan(mask, dq.view(), dk.view());
   replay_captured(
       [&](cudaStream_t stream) {
-        cuda_attention(dq.view(), dk.view(), dv.view(), dout.view(), mask, 0.125, nullptr, stream);
+        AttentionOptions options;
+        options.scale = 0.125;
+        options.stream = stream;
+        attention(dq.view(), dk.view(), dv.view(), dout.view(), plan, options);
       },
       [&] { dout.poison(); });
   dout.copy_to(got);
   reference_attention(q.view, k.view, v.view, ref.view, mask, 0.125, nullptr);
-  EXPECT_LT(relative_error(got.to_double(), ref.to_double()), out_tolerance(DType::BF16));
+  EXPECT_LT(relative_error(got.to_double(), ref.to_double()), out_tolerance(DType::BF16)) << plan.describe();
 }
 
 TEST(CudaBackend, AttentionCallCapturedInAGraph) {
@@ -1127,91 +1141,52 @@ TEST(CudaBackend, AttentionCallCapturedInAGraph) {
   // With split rows: the scratch allocation and the merge are captured too.
   expect_graph_replay_matches(Pattern::longformer(64, {0}), {2200, 2200, 1, 1});
   // A dilated split without a caller's LSE: two passes, the second merging
-  // into out and the LSE in scratch.
-  // The same after an eager call: the capture reads the table of keep bits
-  // that call kept with the plan (without one, it computes them).
-  for (bool eager_first : {false, true})
-    expect_graph_replay_matches(Pattern::unite(Pattern::dilated({256}, {4}, true), Pattern::sliding_window(64)),
-                                {1000, 1000, 4, 4, eager_first});
+  // into out and the LSE in scratch; both read the tables of keep bits made
+  // with the plan.
+  expect_graph_replay_matches(Pattern::unite(Pattern::dilated({256}, {4}, true), Pattern::sliding_window(64)),
+                              {1000, 1000, 4, 4});
   // A decoding step, its query heads packed (four to a kv head) and its rows
-  // split to fill the device: captured with the plain plan, and with the
-  // plan of split rows that a call before the capture made.
-  for (bool eager_first : {false, true})
-    expect_graph_replay_matches(Pattern::sliding_window(3000), {1, 9000, 8, 2, eager_first});
+  // split to fill the device.
+  expect_graph_replay_matches(Pattern::sliding_window(3000), {1, 9000, 8, 2});
   // Four query positions of those heads: the copies into packed rows and back are captured too.
-  expect_graph_replay_matches(Pattern::causal(), {4, 9000, 8, 2, true});
+  expect_graph_replay_matches(Pattern::causal(), {4, 9000, 8, 2});
   // Dense over 1152 tokens: on an sm90 device the call takes the tall tile on
   // its own (six 192-row tiles, as much work as nine of 128 rows).
-  EXPECT_EQ(cuda_detail::call_tile(true, 64, BlockMask::build(Pattern::dense(), MaskShape{1152, 1152, 64, 64, 2}), true)
-                .rows,
-            192);
+  EXPECT_EQ(planner_tile(true, 64, BlockMask::build(Pattern::dense(), MaskShape{1152, 1152, 64, 64, 2}), true).rows, 192);
   expect_graph_replay_matches(Pattern::dense(), {1152, 1152, 2, 2});
 }
 
-// The 32-bit words of a device table.
-std::vector<uint32_t> device_words(const uint32_t* table, size_t count) {
-  std::vector<uint32_t> words(count);
-  cuda_ok(cudaMemcpy(words.data(), table, count * sizeof(uint32_t), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
-  return words;
-}
-
-// A mask's tables: made once per kind of call by `make` (its work queued on
-// the stream and waited for), found by later calls of that kind, made again
-// for another kind; a graph capture finds the ones made and makes none.
-TEST(CudaPlanTables, MadeOncePerKindOfCallAndNotInACapture) {
+// A call that passes the mask takes its plan from the mask's cache: the
+// shape's first call makes it, a captured call of that shape finds it.
+TEST(CudaBackend, CachedPlanCapturedAfterTheShapesFirstCall) {
   SPATTN_REQUIRE_GPU();
-  TestStream s;
-  cuda_detail::PlanTables tables;
-  int made = 0;
-  const auto fill = [&](int byte) {
-    return [&made, byte, &s](uint32_t* to) {
-      ++made;
-      cuda_ok(cudaMemsetAsync(to, byte, 4 * sizeof(uint32_t), s.stream), "cudaMemsetAsync");
-    };
-  };
-  cuda_detail::PlanTableKey key;
-  key.tile_rows = key.tile_cols = 128;
-  key.threads = 256;
-  key.warp_rows = 16;
-  key.q_heads = 16;
-  key.q_len = key.k_len = 4096;
-  key.classes = 1;
-  const uint32_t* first = tables.find_or_make(key, 4, s.stream, fill(1));
-  ASSERT_NE(first, nullptr);
-  EXPECT_EQ(made, 1);
-  EXPECT_EQ(device_words(first, 4), std::vector<uint32_t>(4, 0x01010101u));
-  EXPECT_EQ(tables.find_or_make(key, 4, s.stream, fill(2)), first);
-  EXPECT_EQ(made, 1);
-  cuda_detail::PlanTableKey more_heads = key;
-  more_heads.q_heads = 32;
-  const uint32_t* second = tables.find_or_make(more_heads, 4, s.stream, fill(2));
-  ASSERT_NE(second, nullptr);
-  EXPECT_EQ(made, 2);
-  EXPECT_EQ(device_words(second, 4), std::vector<uint32_t>(4, 0x02020202u));
-  EXPECT_EQ(device_words(first, 4), std::vector<uint32_t>(4, 0x01010101u));
-  EXPECT_EQ(tables.size(), 2);
-
-  cuda_ok(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
-  EXPECT_EQ(tables.find_or_make(more_heads, 4, s.stream, fill(3)), second);
-  cuda_detail::PlanTableKey permuted_pass = key;
-  permuted_pass.exclude.kind = cuda_detail::Exclusion::FullRuns;
-  permuted_pass.exclude.rate = 4;
-  EXPECT_EQ(tables.find_or_make(permuted_pass, 4, s.stream, fill(3)), nullptr);
-  cudaGraph_t graph = nullptr;
-  cuda_ok(cudaStreamEndCapture(s.stream, &graph), "cudaStreamEndCapture");
-  if (graph) cudaGraphDestroy(graph);
-  EXPECT_EQ(made, 2);
-  EXPECT_EQ(tables.size(), 2);
+  SmallProblem p;
+  DeviceTensor dq(p.q), dk(p.k), dv(p.v), dout(p.out);
+  cuda_attention(dq.view(), dk.view(), dv.view(), dout.view(), p.mask, 0.125);
+  cuda_ok(cudaDeviceSynchronize(), "first call");
+  const int64_t plans = p.mask.plan_cache().size();
+  EXPECT_GE(plans, 1);
+  replay_captured(
+      [&](cudaStream_t stream) {
+        cuda_attention(dq.view(), dk.view(), dv.view(), dout.view(), p.mask, 0.125, nullptr, stream);
+      },
+      [&] { dout.poison(); });
+  EXPECT_EQ(p.mask.plan_cache().size(), plans);
+  HostTensor got(DType::BF16, 1, 2, 300, 64), ref(DType::F64, 1, 2, 300, 64);
+  dout.copy_to(got);
+  reference_attention(p.q.view, p.k.view, p.v.view, ref.view, p.mask, 0.125, nullptr);
+  EXPECT_LT(relative_error(got.to_double(), ref.to_double()), out_tolerance(DType::BF16));
 }
 
-// Through the attention call: a mask whose tiles are masked gets its table
-// of keep bits on its first call, reuses it on the next call of that kind,
-// makes another for more query heads, and a captured call of a third kind
-// computes its bits (no table made); every result matches the reference.
-TEST(CudaBackend, KeepBitsTableMadeOncePerKindOfCall) {
+// A mask whose tiles are masked: each plan makes its own table of keep bits
+// (per head count: the heads' classes differ) before it is returned, and
+// every call on it, captured or not, reads that table and matches the
+// reference.
+TEST(CudaBackend, KeepBitsTableMadeWithThePlan) {
   SPATTN_REQUIRE_GPU();
   const BlockMask mask = BlockMask::build(Pattern::sliding_window(100), MaskShape{1000, 1000, 64, 64, 2});
-  const auto expect_matches = [&](int64_t q_heads, bool captured) {
+  std::vector<const uint32_t*> tables;
+  for (const int64_t q_heads : {2, 4}) {
     HostTensor q(DType::BF16, 1, q_heads, 1000, 64), k(DType::BF16, 1, 2, 1000, 64), v(DType::BF16, 1, 2, 1000, 64);
     std::mt19937_64 rng(static_cast<uint64_t>(q_heads));
     q.fill_random(rng);
@@ -1219,34 +1194,36 @@ TEST(CudaBackend, KeepBitsTableMadeOncePerKindOfCall) {
     v.fill_random(rng);
     HostTensor got(DType::BF16, 1, q_heads, 1000, 64), ref(DType::F64, 1, q_heads, 1000, 64);
     DeviceTensor dq(q), dk(k), dv(v), dout(got);
-    const auto call = [&](cudaStream_t stream) {
-      cuda_attention(dq.view(), dk.view(), dv.view(), dout.view(), mask, 0.125, nullptr, stream);
-    };
-    if (captured) {
-      replay_captured(call, [&] { dout.poison(); });
-    } else {
-      TestStream s;
-      dout.poison();
-      call(s.stream);
-      cuda_ok(cudaStreamSynchronize(s.stream), "attention call");
+    const Plan plan = device_plan(mask, dq.view(), dk.view());
+    const cuda_detail::CudaPlan& cuda_plan = *plan.state().cuda;
+    ASSERT_EQ(cuda_plan.passes.size(), 1u);
+    ASSERT_NE(cuda_plan.passes[0].keep_bits.words, nullptr) << plan.describe();
+    tables.push_back(cuda_plan.passes[0].keep_bits.words);
+    for (const bool captured : {false, true}) {
+      const auto call = [&](cudaStream_t stream) {
+        AttentionOptions options;
+        options.scale = 0.125;
+        options.stream = stream;
+        attention(dq.view(), dk.view(), dv.view(), dout.view(), plan, options);
+      };
+      if (captured) {
+        replay_captured(call, [&] { dout.poison(); });
+      } else {
+        TestStream s;
+        dout.poison();
+        call(s.stream);
+        cuda_ok(cudaStreamSynchronize(s.stream), "attention call");
+      }
+      dout.copy_to(got);
+      reference_attention(q.view, k.view, v.view, ref.view, mask, 0.125, nullptr);
+      EXPECT_LT(relative_error(got.to_double(), ref.to_double()), out_tolerance(DType::BF16))
+          << q_heads << " heads" << (captured ? ", captured" : "");
     }
-    dout.copy_to(got);
-    reference_attention(q.view, k.view, v.view, ref.view, mask, 0.125, nullptr);
-    EXPECT_LT(relative_error(got.to_double(), ref.to_double()), out_tolerance(DType::BF16)) << q_heads << " heads";
-  };
-  cuda_prepare_mask(mask);
-  EXPECT_EQ(cuda_detail::plan_tables_made(mask), 0);
-  expect_matches(2, false);
-  EXPECT_EQ(cuda_detail::plan_tables_made(mask), 1);
-  expect_matches(2, false);
-  EXPECT_EQ(cuda_detail::plan_tables_made(mask), 1);
-  expect_matches(4, false);
-  EXPECT_EQ(cuda_detail::plan_tables_made(mask), 2);
-  expect_matches(6, true);
-  EXPECT_EQ(cuda_detail::plan_tables_made(mask), 2);
+  }
+  EXPECT_NE(tables[0], tables[1]);
 }
 
-TEST(CudaBackend, CaptureWithoutAPreparedMaskIsRefused) {
+TEST(CudaBackend, CaptureWithoutAPlanIsRefused) {
   SPATTN_REQUIRE_GPU();
   SmallProblem p;
   DeviceTensor dq(p.q), dk(p.k), dv(p.v), dout(p.out);
@@ -1254,7 +1231,7 @@ TEST(CudaBackend, CaptureWithoutAPreparedMaskIsRefused) {
   cuda_ok(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
   expect_error_mentions(
       [&] { cuda_attention(dq.view(), dk.view(), dv.view(), dout.view(), p.mask, 0.125, nullptr, s.stream); },
-      "cuda_prepare_mask");
+      "make its plan before the capture");
   cudaGraph_t graph = nullptr;
   cudaStreamEndCapture(s.stream, &graph);
   if (graph) cudaGraphDestroy(graph);
@@ -1273,7 +1250,7 @@ std::string tile_name(TileShape t) { return std::to_string(t.rows) + "x" + std::
 TEST(CudaTilePlan, TallTileWhereItCostsNoMoreWork) {
   const auto tile_of = [](const Pattern& pattern, int64_t len, int64_t block, int64_t head_dim, bool splits) {
     const BlockMask mask = BlockMask::build(pattern, MaskShape{len, len, block, block, 1});
-    return tile_name(cuda_detail::call_tile(true, head_dim, mask, splits));
+    return tile_name(planner_tile(true, head_dim, mask, splits));
   };
   EXPECT_EQ(tile_of(Pattern::dense(), 4096, 128, 64, true), "192x128");
   EXPECT_EQ(tile_of(Pattern::causal(), 16384, 128, 64, true), "192x128");
@@ -1310,7 +1287,7 @@ TEST(CudaTilePlan, NarrowTileWhereItSavesWork) {
   const auto tile_of = [](const Pattern& pattern, int64_t len, int64_t block_q, int64_t block_k, int64_t head_dim,
                           bool splits) {
     const BlockMask mask = BlockMask::build(pattern, MaskShape{len, len, block_q, block_k, 1});
-    return tile_name(cuda_detail::call_tile(true, head_dim, mask, splits));
+    return tile_name(planner_tile(true, head_dim, mask, splits));
   };
   const ForcedTile no_small(cuda_detail::force_sm90_small_tile, false);
   const Pattern bigbird64 = Pattern::bigbird(16384, 64, 3, 1, 3, 0);
@@ -1366,7 +1343,7 @@ TEST(CudaTilePlan, SmallTileWhereItSavesWork) {
   const auto tile_of = [](const Pattern& pattern, int64_t block_q, int64_t block_k, int64_t head_dim,
                           bool packed = false) {
     const BlockMask mask = BlockMask::build(pattern, MaskShape{16384, 16384, block_q, block_k, 1});
-    return tile_name(cuda_detail::call_tile(true, head_dim, mask, true, packed));
+    return tile_name(planner_tile(true, head_dim, mask, true, packed));
   };
   const Pattern bigbird64 = Pattern::bigbird(16384, 64, 3, 1, 3, 0);
   for (int64_t head_dim : {64, 128}) {
@@ -1402,7 +1379,7 @@ TEST(CudaTilePlan, SmallTileWhereItSavesWork) {
 TEST(CudaTilePlan, Sm80NarrowTileWhereItSavesWork) {
   const auto tile_of = [](const Pattern& pattern, int64_t block, int64_t head_dim) {
     const BlockMask mask = BlockMask::build(pattern, MaskShape{16384, 16384, block, block, 1});
-    return tile_name(cuda_detail::call_tile(false, head_dim, mask, true));
+    return tile_name(planner_tile(false, head_dim, mask, true));
   };
   const Pattern bigbird64 = Pattern::bigbird(16384, 64, 3, 1, 3, 0);
   for (int64_t head_dim : {32, 64}) {
@@ -1443,7 +1420,7 @@ TEST(CudaTilePlan, TallTileComparedWithTheSmallOne) {
   ASSERT_LE(pairs(cuda_detail::kSm90TallTile), 1.05 * wide);
   ASSERT_LE(pairs(cuda_detail::kSm90SmallTile), 0.65 * wide);
   const auto tile_of = [&](int64_t head_dim) {
-    return tile_name(cuda_detail::call_tile(true, head_dim, mask, true));
+    return tile_name(planner_tile(true, head_dim, mask, true));
   };
   EXPECT_EQ(tile_of(64), "64x64");
   EXPECT_EQ(tile_of(128), "64x64");
@@ -1460,7 +1437,7 @@ TEST(CudaTilePlan, OnlyTheSmallTileFitsRowsOf192) {
   for (int64_t head_dim : {64, 128}) {
     EXPECT_TRUE(cuda_detail::sm90_tile_fits(head_dim, rows192, false));
     EXPECT_FALSE(cuda_detail::sm90_tile_fits(head_dim, rows192, true));
-    const TileShape t = cuda_detail::call_tile(true, head_dim, rows192, true);
+    const TileShape t = planner_tile(true, head_dim, rows192, true);
     EXPECT_EQ(t.rows, 64);
     EXPECT_EQ(t.cols, 64);
   }

@@ -472,7 +472,8 @@ class GpuSm90TileOption : public ::testing::TestWithParam<Sm90TileOption> {
         BlockMask::build(pr.pattern, MaskShape{pr.q_len, pr.k_len, pr.block_q, pr.block_k, pr.q_heads});
     const bool fits = cuda_detail::tile_fits(mask, option.tile);
     EXPECT_EQ(fits, option.tile.rows != cuda_detail::kSm90TallTile.rows || pr.block_q != 16 || pr.block_k != 16);
-    const cuda_detail::TileShape taken = cuda_detail::call_tile(true, pr.head_dim, mask, true);
+    cuda_detail::MaskFacts facts(mask);
+    const cuda_detail::TileShape taken = cuda_detail::call_tile(true, pr.head_dim, facts, true);
     const cuda_detail::TileShape wanted = fits ? option.tile : cuda_detail::sm90_tile(pr.head_dim);
     EXPECT_EQ(taken.rows, wanted.rows);
     EXPECT_EQ(taken.cols, wanted.cols);

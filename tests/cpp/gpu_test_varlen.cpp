@@ -61,8 +61,8 @@ class DeviceOffsets {
   void* ptr_ = nullptr;
 };
 
-// With `in_graph`, the call is captured in a CUDA graph after
-// cuda_prepare_mask and the graph replayed on the poisoned outputs.
+// With `in_graph`, the call's plan is made, the call on it captured in a
+// CUDA graph and the graph replayed on the poisoned outputs.
 void expect_varlen_matches_reference(const VarlenCase& c, uint64_t seed, bool in_graph = false) {
   SCOPED_TRACE(c.describe());
   std::mt19937_64 rng(seed);
@@ -75,20 +75,26 @@ void expect_varlen_matches_reference(const VarlenCase& c, uint64_t seed, bool in
   HostTensor lse(DType::F32, 1, c.q_heads, pp.total, 1);
   DeviceTensor dq(pp.q), dk(pp.k), dv(pp.v), dout(out), dlse(lse);
   DeviceOffsets cu_q(pp.cu_seqlens), cu_k(pp.cu_seqlens_k);
-  const auto call = [&](cudaStream_t stream) {
-    cuda_attention_varlen(dq.view(), dk.view(), dv.view(), dout.view(), pp.batch(cu_q.get(), cu_k.get()), mask,
-                          scale, &dlse.view(), stream);
-  };
+  const VarlenBatch batch = pp.batch(cu_q.get(), cu_k.get());
   if (in_graph) {
-    cuda_prepare_mask(mask);
-    replay_captured(call, [&] {
-      dout.poison();
-      dlse.poison();
-    });
+    PlanOptions plan_options;
+    plan_options.device = cuda_pointer_device(dq.view().data);
+    const Plan plan = make_plan(mask, varlen_call_shape(dq.view(), dk.view(), batch, mask.q_len()), plan_options);
+    replay_captured(
+        [&](cudaStream_t stream) {
+          AttentionOptions options;
+          options.scale = scale;
+          options.stream = stream;
+          attention_varlen(dq.view(), dk.view(), dv.view(), dout.view(), batch, plan, options, &dlse.view());
+        },
+        [&] {
+          dout.poison();
+          dlse.poison();
+        });
   } else {
     dout.poison();
     dlse.poison();
-    call(nullptr);
+    cuda_attention_varlen(dq.view(), dk.view(), dv.view(), dout.view(), batch, mask, scale, &dlse.view());
   }
   cuda_ok(cudaDeviceSynchronize(), "varlen attention kernel");
   dout.copy_to(out);
@@ -238,10 +244,8 @@ TEST(GpuVarlenChecks, RejectsHostCuSeqlens) {
   }
 }
 
-// Calls captured in a CUDA graph after cuda_prepare_mask: a dilated union
-// (varlen runs it without the token permutation; at D = 64 on the sm80
-// kernel's 128-key tile, whose plan the preparation must make too) and split
-// rows.
+// Calls captured in a CUDA graph on their plans: a dilated union (varlen
+// runs it without the token permutation) and split rows.
 TEST_P(GpuVarlen, CapturedInAGraphAfterPrepare) {
   VarlenCase c;
   c.pattern = Pattern::unite(Pattern::dilated({256}, {4}, true), Pattern::sliding_window(64));
@@ -256,8 +260,8 @@ TEST_P(GpuVarlen, CapturedInAGraphAfterPrepare) {
 // The sm90 kernel's tall tile (192 x 128, three consumer warpgroups) forced
 // at head dim 64: every varlen pattern in both dtypes on 64- and 128-row
 // blocks, chunks of queries after cached keys (one of 193 queries: a row into
-// a second 192-row tile), split rows, and calls captured in a graph after
-// cuda_prepare_mask, which must make the tall plan.
+// a second 192-row tile), split rows, and calls captured in a graph on
+// their plans, which must take the tall tile.
 TEST(GpuVarlenTallTile, PatternsChunksSplitRowsAndGraphs) {
   SPATTN_REQUIRE_GPU();
   if (!cuda_sm90_kernel_available() || !cuda_detail::fwd_sm90_supports_head_dim(64))

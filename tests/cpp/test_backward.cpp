@@ -8,15 +8,14 @@
 // lengths, odd block sizes, GQA, per-head masks, both layouts and every input
 // dtype, with and without an LSE gradient, into poisoned gradients. Also: the
 // result does not depend on the thread count, rows without keys and keys no
-// row reads get zero gradients, the key-major plan is the forward plan
-// transposed, and bad arguments are rejected with messages naming them.
+// row reads get zero gradients, and bad arguments are rejected with messages
+// naming them (the key-major lists are tested with the plan, test_plan.cpp).
 #include <gtest/gtest.h>
 #include <omp.h>
 
 #include <cmath>
 #include <string>
 
-#include "pattern/key_major_plan.hpp"
 #include "pattern_cases.hpp"
 #include "test_support.hpp"
 
@@ -218,38 +217,6 @@ TEST(Backward, RowsWithoutKeysAndUnreadKeysGetZero) {
         ASSERT_EQ(keys.dv[j * pr.head_dim + d], 0.0) << backend_name(backend);
       }
     expect_grads_match(keys, 1e-4);
-  }
-}
-
-TEST(Backward, KeyMajorPlanIsTheForwardPlanTransposed) {
-  std::mt19937_64 rng(4706);
-  for (int round = 0; round < 30; ++round) {
-    const int64_t lq = draw(rng, 1, 400), lk = draw(rng, 1, 400), heads = draw(rng, 1, 3);
-    const Case c = random_case(rng, lq, lk, heads);
-    const BlockMask mask =
-        BlockMask::build(c.pattern, MaskShape{lq, lk, draw(rng, 1, 3) * 16, draw(rng, 1, 5) * 8, heads});
-    const BlockMaskView plan = mask.view();
-    const KeyMajorPlan t = key_major_plan(plan);
-    SCOPED_TRACE(c.name);
-    ASSERT_EQ(t.q_indices.size(), static_cast<size_t>(mask.num_blocks()));
-    // Every forward entry appears once in its column, with its flag and position, columns ascending.
-    std::vector<int> seen(static_cast<size_t>(mask.num_blocks()), 0);
-    for (int64_t mh = 0; mh < plan.num_heads; ++mh)
-      for (int64_t kb = 0; kb < plan.num_k_blocks; ++kb) {
-        const int64_t col = t.col(mh, kb);
-        for (int64_t e = t.col_begin(col); e < t.col_end(col); ++e) {
-          const int64_t at = t.forward_position[e];
-          ASSERT_GE(at, plan.row_begin(plan.row(mh, t.q_indices[e])));
-          ASSERT_LT(at, plan.row_end(plan.row(mh, t.q_indices[e])));
-          ASSERT_EQ(plan.kv_indices[at], kb);
-          ASSERT_EQ(plan.kv_full[at], t.q_full[e]);
-          if (e > t.col_begin(col)) {
-            ASSERT_LT(t.q_indices[e - 1], t.q_indices[e]);
-          }
-          ++seen[at];
-        }
-      }
-    for (int s : seen) ASSERT_EQ(s, 1);
   }
 }
 

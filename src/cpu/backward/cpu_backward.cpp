@@ -16,6 +16,7 @@
 #include <limits>
 #include <vector>
 
+#include "cpu/backward/cpu_backward.hpp"
 #include "cpu/backward/tile_grad.hpp"
 #include "cpu/fast/element_access.hpp"
 #include "pattern/key_major_plan.hpp"
@@ -203,16 +204,16 @@ void parallel_tiles(int64_t B, int64_t heads, int64_t blocks, int64_t block_size
 
 }  // namespace
 
-void cpu_attention_backward(const TensorView& q, const TensorView& k, const TensorView& v,
-                            const TensorView& out, const TensorView& lse, const TensorView& d_out,
-                            const AttentionGrads& grads, const BlockMask& mask, double scale,
-                            const TensorView* d_lse) {
+namespace cpu_backward {
+
+void run_backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                  const TensorView& lse, const TensorView& d_out, const AttentionGrads& grads, const BlockMask& mask,
+                  const KeyMajorPlan& cols, double scale, const TensorView* d_lse) {
   const std::vector<float> delta = row_deltas(out, d_out, d_lse);
   const Problem pr{q, k, v, lse, d_out, grads, mask.view(), mask.pattern(), static_cast<float>(scale), delta};
   const BlockMaskView& plan = pr.plan;
   const int64_t B = q.batch(), Hq = q.heads(), Hkv = k.heads(), D = q.head_dim();
 
-  const KeyMajorPlan cols = key_major_plan(plan);
   parallel_tiles(B, Hkv, plan.num_k_blocks, plan.block_k, kTileKeys, D,
                  [&](int64_t kb) { return plan.k_first(kb); }, [&](int64_t kb) { return plan.k_last(kb); },
                  [&](int64_t b, int64_t kvh, int64_t kb, int64_t j0, int64_t keys, TileScratch& s) {
@@ -223,6 +224,15 @@ void cpu_attention_backward(const TensorView& q, const TensorView& k, const Tens
                  [&](int64_t b, int64_t h, int64_t qb, int64_t i0, int64_t rows, TileScratch& s) {
                    query_tile(pr, b, h, qb, i0, rows, s);
                  });
+}
+
+}  // namespace cpu_backward
+
+void cpu_attention_backward(const TensorView& q, const TensorView& k, const TensorView& v,
+                            const TensorView& out, const TensorView& lse, const TensorView& d_out,
+                            const AttentionGrads& grads, const BlockMask& mask, double scale,
+                            const TensorView* d_lse) {
+  cpu_backward::run_backward(q, k, v, out, lse, d_out, grads, mask, key_major_plan(mask.view()), scale, d_lse);
 }
 
 }  // namespace spattn

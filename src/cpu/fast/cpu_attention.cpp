@@ -21,8 +21,10 @@
 #include <cmath>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
+#include "cpu/fast/forward_plan.hpp"
 #include "cpu/fast/isa.hpp"
 #include "cpu/fast/kv_stage.hpp"
 #include "cpu/fast/partial_bits.hpp"
@@ -129,29 +131,44 @@ cpu_fast::PrefetchRows item_rows(const TensorView& t, const cpu_fast::TileLayout
 
 }  // namespace
 
-void cpu_attention(const TensorView& q, const TensorView& k, const TensorView& v,
-                   const TensorView& out, const BlockMask& mask, double scale,
-                   const TensorView* lse) {
-  validate_attention(q, k, v, out, mask, lse);
+namespace cpu_fast {
+
+ForwardPlan make_forward_plan(const BlockMask& mask, const CallShape& shape) {
+  const CpuIsa isa = active_cpu_isa();
+  const TileKernel& kernel = tile_kernel(isa);
+  const BlockMaskView view = mask.view();
+  const TileLayout layout(view, kernel.tile_rows);
+  WorkPlan work = plan_items(view, layout, shape.batch, shape.q_heads, shape.kv_heads);
+  const int64_t max_chunks = max_item_chunks(view, layout, kernel.chunk_keys);
+  return ForwardPlan{isa, layout, std::move(work), max_chunks};
+}
+
+std::string describe(const ForwardPlan& plan) {
+  return std::string("cpu ") + cpu_isa_name(plan.isa) + ", " + std::to_string(plan.layout.tile_rows) +
+         "-row tiles, " + std::to_string(plan.work.items.size()) + " work items";
+}
+
+void run_forward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                 const BlockMask& mask, const ForwardPlan& forward, double scale, const TensorView* lse) {
   require(std::isfinite(scale), "scale must be finite, got ", scale);
-  const TileKernel& kernel = cpu_fast::tile_kernel(cpu_fast::active_cpu_isa());
-  const int64_t B = q.batch(), Hq = q.heads(), D = q.head_dim(), M = kernel.tile_rows;
+  const TileKernel& kernel = tile_kernel(forward.isa);
+  const int64_t Hq = q.heads(), D = q.head_dim(), M = kernel.tile_rows;
   const int64_t group = Hq / k.heads(), shift = k.seq_len() - q.seq_len();
   // Queries are pre-scaled so scores come out in the log2 domain.
   const std::vector<float> dim_factors(static_cast<size_t>(D), static_cast<float>(scale * kLog2e));
   const BlockMaskView plan = mask.view();
   const Pattern* pattern = mask.pattern();
 
-  const cpu_fast::TileLayout layout(plan, M);
-  const cpu_fast::WorkPlan work = cpu_fast::plan_items(plan, layout, B, Hq, k.heads());
-  const std::vector<std::pair<int64_t, int64_t>> panels = cpu_fast::value_panels(D, kernel.value_panel);
+  const TileLayout& layout = forward.layout;
+  const WorkPlan& work = forward.work;
+  const std::vector<std::pair<int64_t, int64_t>> panels = value_panels(D, kernel.value_panel);
   const int threads = omp_get_max_threads();
-  const int64_t max_chunks = cpu_fast::max_item_chunks(plan, layout, kernel.chunk_keys);
+  const int64_t max_chunks = forward.max_chunks;
   const bool keys_fp32 = k.dtype == DType::F32 && k.stride[3] == 1;
   std::unique_ptr<Workspace> workspace = workspace_pool().take(
       {static_cast<int64_t>(kernel.tile_rows), kernel.chunk_keys, kernel.value_panel, D, k.seq_len(),
-       keys_fp32, cpu_fast::whole_head_limit(), layout.tiles_per_item, max_chunks, work.max_item_keys,
-       threads, static_cast<int64_t>(cpu_fast::active_cpu_isa())});
+       keys_fp32, whole_head_limit(), layout.tiles_per_item, max_chunks, work.max_item_keys,
+       threads, static_cast<int64_t>(forward.isa)});
   std::vector<ThreadScratch>& scratch = workspace->threads;
   if (scratch.empty()) {
     scratch.reserve(static_cast<size_t>(threads));
@@ -238,6 +255,15 @@ void cpu_attention(const TensorView& q, const TensorView& k, const TensorView& v
     }
   }
   workspace_pool().give_back(std::move(workspace));
+}
+
+}  // namespace cpu_fast
+
+void cpu_attention(const TensorView& q, const TensorView& k, const TensorView& v,
+                   const TensorView& out, const BlockMask& mask, double scale,
+                   const TensorView* lse) {
+  validate_attention(q, k, v, out, mask, lse);
+  cpu_fast::run_forward(q, k, v, out, mask, cpu_fast::make_forward_plan(mask, call_shape(q, k)), scale, lse);
 }
 
 }  // namespace spattn

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "plan/plan_state.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn::cpu_fast {
@@ -93,9 +94,13 @@ void force_cpu_isa(CpuIsa isa) {
   require(cpu_isa_supported(isa), "cpu isa '", cpu_isa_name(isa),
           "' is not supported by this CPU or build");
   forced_isa.store(static_cast<int>(isa));
+  detail::invalidate_cached_plans();  // cached plans hold the instruction set they were made for
 }
 
-void clear_forced_cpu_isa() { forced_isa.store(kNotForced); }
+void clear_forced_cpu_isa() {
+  forced_isa.store(kNotForced);
+  detail::invalidate_cached_plans();
+}
 
 const TileKernel& tile_kernel(CpuIsa isa) {
   require(cpu_isa_supported(isa), "cpu isa '", cpu_isa_name(isa),

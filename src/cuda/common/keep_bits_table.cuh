@@ -1,6 +1,6 @@
 // cuda/common/keep_bits_table.cuh - the keep bits of the tiles a fused
-// kernel masks, made by a kernel of their own on a kind of call's first use
-// and kept with the mask, so that the attention kernel's threads load a masked
+// kernel masks, made by a kernel of their own when the call's plan is made
+// and owned by the plan, so that the attention kernel's threads load a masked
 // tile's bits (one vector load each) instead of evaluating the pattern there
 // (computed_keep_bits, tile_mask.cuh), on the path between two of their
 // products.
@@ -17,11 +17,11 @@
 #include <cstdint>
 
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/device_buffer.hpp"
 #include "cuda/common/fwd_params.hpp"
 #include "cuda/common/sequence_span.hpp"
 #include "cuda/common/tile_mask.cuh"
 #include "cuda/common/tile_walk.cuh"
-#include "cuda/plan/device_plan.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn::cuda_detail {
@@ -177,28 +177,28 @@ __global__ void __launch_bounds__(kThreads) keep_bits_table_kernel(const FwdPara
   }
 }
 
-// Points p at its table of keep bits where it has one: kept with its mask
-// (PlanTables), made on the first call of its kind (an absent table in a
-// graph capture leaves the kernel computing the bits).
+// Makes the table of keep bits of a call `p` (its plan, exclusion and head
+// classes set) where it has one: allocates it, fills it on `stream` and
+// points p.keep_bits at it; returns the table's memory (empty where the call
+// has none: its kernel then computes the bits).
 template <typename Tr, int kThreads>
-void use_keep_bits_table(FwdParams& p, cudaStream_t stream) {
+DevicePtr make_keep_bits_table(FwdParams& p, cudaStream_t stream) {
   using Table = KeepBitsTable<Tr, kThreads>;
   static_assert(Tr::kMAtoms * 16 == Tr::kWarpRows && Tr::kNAtoms * 8 == Tr::kBlockN,
-                "a table's key (tile, threads, warp rows) fixes the layout of its threads' words");
+                "the tile, its threads and their warp rows fix the layout of the threads' words");
   const int64_t words = Table::words(p);
-  if (words == 0 || p.plan.tables == nullptr) return;
+  if (words == 0) return DevicePtr();
   require(p.keep_bits.classes <= 65535, "CUDA backend: ", p.keep_bits.classes,
           " head classes of keep bits exceed the grid's 65535");
   const int64_t rows = p.plan.blocks.num_heads * p.plan.num_q_tiles;
   require(rows <= INT32_MAX, "CUDA backend: ", rows, " plan rows exceed the grid's 2^31 - 1");
   p.keep_bits.masked_entries = Table::masked_entries(p);
-  const PlanTableKey key{Tr::kBlockM, Tr::kBlockN, kThreads, Tr::kWarpRows, p.q_heads, p.q_len, p.k_len,
-                         p.keep_bits.classes, p.exclude};
+  DevicePtr table = device_alloc(static_cast<size_t>(words) * 4, "cudaMalloc of a keep-bits table");
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(p.keep_bits.classes));
-  p.keep_bits.words = p.plan.tables->find_or_make(key, words, stream, [&](uint32_t* to) {
-    keep_bits_table_kernel<Tr, kThreads><<<grid, kThreads, 0, stream>>>(p, to);
-    check_launch("keep bits table kernel launch");
-  });
+  keep_bits_table_kernel<Tr, kThreads><<<grid, kThreads, 0, stream>>>(p, static_cast<uint32_t*>(table.get()));
+  check_launch("keep bits table kernel launch");
+  p.keep_bits.words = static_cast<const uint32_t*>(table.get());
+  return table;
 }
 
 }  // namespace spattn::cuda_detail

@@ -1,5 +1,6 @@
-// cuda/fwd_sm80/fwd_dispatch.cu - run-time (dtype, head dim) -> instantiation
-// of the portable forward kernel. Only the head dims of the build's
+// cuda/fwd_sm80/fwd_dispatch.cu - run-time (dtype, head dim, tile) ->
+// instantiation of the portable forward kernel (its launch, or its plan's
+// table of keep bits). Only the head dims of the build's
 // SPATTN_CUDA_HEAD_DIMS (passed as SPATTN_CUDA_HDIM_<d>) are dispatched.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -37,28 +38,52 @@ std::string built_list() {
   return head_dim_names(kBuiltHeadDims);
 }
 
-// Head dims of the wide tile have an instantiation for each tile.
-template <typename T, int kHeadDim>
-void launch_for_tile(const FwdParams& p, cudaStream_t stream) {
+// The instantiation's entry `Op` calls for the plan's tile (head dims of
+// the wide tile have an instantiation for each tile).
+template <typename Op, typename T, int kHeadDim, typename Params>
+typename Op::Result for_tile(Params& p, cudaStream_t stream) {
   if constexpr (sm80_wide_head_dim(kHeadDim)) {
-    if (p.plan.tile_cols == kSm80WideTile.cols) return launch_fwd_sm80<T, kHeadDim, kSm80WideTile.cols>(p, stream);
+    if (p.plan.tile_cols == kSm80WideTile.cols) return Op::template run<T, kHeadDim, kSm80WideTile.cols>(p, stream);
   }
   require(p.plan.tile_cols == kSm80NarrowTile.cols, "CUDA sm80 kernel: no instantiation for ", p.plan.tile_cols,
           "-key tiles at head_dim ", kHeadDim);
-  launch_fwd_sm80<T, kHeadDim, kSm80NarrowTile.cols>(p, stream);
+  return Op::template run<T, kHeadDim, kSm80NarrowTile.cols>(p, stream);
 }
 
-template <typename T>
-void run_typed(const FwdParams& p, cudaStream_t stream) {
-  switch (p.head_dim) {
-    case 32: if constexpr (is_built(32)) return launch_for_tile<T, 32>(p, stream); break;
-    case 64: if constexpr (is_built(64)) return launch_for_tile<T, 64>(p, stream); break;
-    case 96: if constexpr (is_built(96)) return launch_for_tile<T, 96>(p, stream); break;
-    case 128: if constexpr (is_built(128)) return launch_for_tile<T, 128>(p, stream); break;
-    case 256: if constexpr (is_built(256)) return launch_for_tile<T, 256>(p, stream); break;
-  }
-  fail("CUDA backend: head_dim must be one of ", built_list(), " in this build, got ", p.head_dim);
+// `Op` for the instantiation of (dtype, p.head_dim, the plan's tile).
+template <typename Op, typename Params>
+typename Op::Result dispatch(Params& p, DType dtype, cudaStream_t stream) {
+  const auto typed = [&](auto element) -> typename Op::Result {
+    using T = decltype(element);
+    switch (p.head_dim) {
+      case 32: if constexpr (is_built(32)) return for_tile<Op, T, 32>(p, stream); break;
+      case 64: if constexpr (is_built(64)) return for_tile<Op, T, 64>(p, stream); break;
+      case 96: if constexpr (is_built(96)) return for_tile<Op, T, 96>(p, stream); break;
+      case 128: if constexpr (is_built(128)) return for_tile<Op, T, 128>(p, stream); break;
+      case 256: if constexpr (is_built(256)) return for_tile<Op, T, 256>(p, stream); break;
+    }
+    fail("CUDA backend: head_dim must be one of ", built_list(), " in this build, got ", p.head_dim);
+  };
+  if (dtype == DType::BF16) return typed(__nv_bfloat16{});
+  if (dtype == DType::F16) return typed(__half{});
+  fail("CUDA backend: inputs must be fp16 or bf16, got ", dtype_name(dtype));
 }
+
+struct Launch {
+  using Result = void;
+  template <typename T, int kHeadDim, int kTileCols>
+  static void run(const FwdParams& p, cudaStream_t stream) {
+    launch_fwd_sm80<T, kHeadDim, kTileCols>(p, stream);
+  }
+};
+
+struct MakeKeepBits {
+  using Result = DevicePtr;
+  template <typename T, int kHeadDim, int kTileCols>
+  static DevicePtr run(FwdParams& p, cudaStream_t stream) {
+    return make_fwd_sm80_keep_bits<T, kHeadDim, kTileCols>(p, stream);
+  }
+};
 
 }  // namespace
 
@@ -67,10 +92,10 @@ void check_fwd_sm80_head_dim(int64_t head_dim) {
           head_dim);
 }
 
-void run_fwd_sm80(const FwdParams& p, DType dtype, cudaStream_t stream) {
-  if (dtype == DType::BF16) return run_typed<__nv_bfloat16>(p, stream);
-  if (dtype == DType::F16) return run_typed<__half>(p, stream);
-  fail("CUDA backend: inputs must be fp16 or bf16, got ", dtype_name(dtype));
+void run_fwd_sm80(const FwdParams& p, DType dtype, cudaStream_t stream) { dispatch<Launch>(p, dtype, stream); }
+
+DevicePtr make_fwd_sm80_keep_bits(FwdParams& p, DType dtype, cudaStream_t stream) {
+  return dispatch<MakeKeepBits>(p, dtype, stream);
 }
 
 }  // namespace spattn::cuda_detail

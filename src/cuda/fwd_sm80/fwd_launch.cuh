@@ -1,9 +1,10 @@
 // cuda/fwd_sm80/fwd_launch.cuh - the launch of one instantiation of the
 // portable forward kernel: raises the dynamic shared-memory limit and starts
 // one CTA per (work item, batch, head in the mask head) on the stream, in the
-// order of common/work_units.hpp, with the call's table of keep bits (kept
-// with the mask, keep_bits_table.cuh), then the merge of split rows; the permuted
-// pass of a dilated split runs the kernel's own instantiation for it.
+// order of common/work_units.hpp, then the merge of split rows; the permuted
+// pass of a dilated split runs the kernel's own instantiation for it. Also
+// the plan's table of keep bits for the instantiation's tile
+// (keep_bits_table.cuh), made when the plan is.
 #pragma once
 
 #include "cuda/common/cuda_check.hpp"
@@ -17,10 +18,8 @@
 namespace spattn::cuda_detail {
 
 template <typename T, int kHeadDim, int kTileCols>
-void launch_fwd_sm80(const FwdParams& call, cudaStream_t stream) {
+void launch_fwd_sm80(const FwdParams& p, cudaStream_t stream) {
   using Tr = FwdTraits<T, kHeadDim, kTileCols>;
-  FwdParams p = call;
-  use_keep_bits_table<Tr, Tr::kThreads>(p, stream);
   static_assert(Tr::kBlockM == sm80_tile(kHeadDim, kTileCols == kSm80WideTile.cols).rows &&
                     Tr::kBlockN == sm80_tile(kHeadDim, kTileCols == kSm80WideTile.cols).cols,
                 "tile plan and kernel tile agree");
@@ -36,6 +35,12 @@ void launch_fwd_sm80(const FwdParams& call, cudaStream_t stream) {
   kernel<<<static_cast<unsigned>(ctas), Tr::kThreads, Tr::kSmemBytes, stream>>>(p, order);
   check_launch("fwd_sm80 kernel launch");
   if (p.plan.num_split_rows > 0) launch_split_combine<T>(p, Tr::kBlockM, stream);
+}
+
+template <typename T, int kHeadDim, int kTileCols>
+DevicePtr make_fwd_sm80_keep_bits(FwdParams& p, cudaStream_t stream) {
+  using Tr = FwdTraits<T, kHeadDim, kTileCols>;
+  return make_keep_bits_table<Tr, Tr::kThreads>(p, stream);
 }
 
 }  // namespace spattn::cuda_detail

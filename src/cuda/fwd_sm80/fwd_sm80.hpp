@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/device_buffer.hpp"
 #include "cuda/common/fwd_params.hpp"
 #include "cuda/plan/tile_plan.hpp"
 #include "spattn/dtype.hpp"
@@ -43,8 +44,15 @@ void check_fwd_sm80_head_dim(int64_t head_dim);
 // rows.
 void run_fwd_sm80(const FwdParams& p, DType dtype, cudaStream_t stream);
 
+// Makes the table of keep bits (keep_bits_table.cuh) of calls `p` as
+// run_fwd_sm80 would launch them and points p.keep_bits at it; returns its
+// memory (empty: none).
+DevicePtr make_fwd_sm80_keep_bits(FwdParams& p, DType dtype, cudaStream_t stream);
+
 // One instantiation per (element type, head dim), defined in cuda/instantiations/.
 template <typename T, int kHeadDim, int kTileCols>
 void launch_fwd_sm80(const FwdParams& p, cudaStream_t stream);
+template <typename T, int kHeadDim, int kTileCols>
+DevicePtr make_fwd_sm80_keep_bits(FwdParams& p, cudaStream_t stream);
 
 }  // namespace spattn::cuda_detail

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 
+#include "cuda/common/device_buffer.hpp"
 #include "cuda/common/fwd_params.hpp"
 #include "cuda/plan/tile_plan.hpp"
 #include "spattn/dtype.hpp"
@@ -80,11 +81,18 @@ bool fwd_sm90_supports_head_dim(int64_t head_dim);
 // (split_combine.hpp) when the plan splits rows.
 void run_fwd_sm90(const FwdParams& p, DType dtype, cudaStream_t stream);
 
+// Makes the table of keep bits (keep_bits_table.cuh) of calls `p` of the
+// plan whose tile p.plan was made for, as run_fwd_sm90 would launch them,
+// and points p.keep_bits at it; returns its memory (empty: none).
+DevicePtr make_fwd_sm90_keep_bits(FwdParams& p, DType dtype, cudaStream_t stream);
+
 // One instantiation per (element type, head dim, tile: sm90_tile, and
 // kSm90TallTile, kSm90SmallTile or kSm90NarrowTile where the head dim has
 // that option; the tile's rows give the consumer warpgroups, 64 rows each),
 // defined in cuda/instantiations/.
 template <typename T, int kHeadDim, int kTileRows, int kTileCols>
 void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream);
+template <typename T, int kHeadDim, int kTileRows, int kTileCols>
+DevicePtr make_fwd_sm90_keep_bits(FwdParams& p, cudaStream_t stream);
 
 }  // namespace spattn::cuda_detail

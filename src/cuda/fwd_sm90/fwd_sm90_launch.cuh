@@ -3,10 +3,10 @@
 // of a varlen batch) and of out where the output goes through the TMA, the
 // dynamic shared-memory limit, a persistent grid of one CTA per multiprocessor (two
 // for the 64 x 64 tile; fewer when there is less work) with its zeroed work
-// counter (or a static stride over units of equal length), with the
-// call's table of keep bits (kept with the mask, keep_bits_table.cuh), then
-// the merge of split rows. A dilated split's permuted pass runs a kernel of its own
-// (Sm90Traits::kMergeIntoOut).
+// counter (or a static stride over units of equal length), then the merge
+// of split rows. A dilated split's permuted pass runs a kernel of its own
+// (Sm90Traits::kMergeIntoOut). Also the plan's table of keep bits for the
+// instantiation's tile (keep_bits_table.cuh), made when the plan is.
 #pragma once
 
 #include <algorithm>
@@ -49,14 +49,12 @@ void launch_grid(const FwdParams& p, const Sm90TensorMaps& maps, cudaStream_t st
 }
 
 template <typename T, int kHeadDim, int kTileRows, int kTileCols>
-void launch_fwd_sm90(const FwdParams& call, cudaStream_t stream) {
+void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   using Tr = Sm90Traits<T, kHeadDim, kTileRows / 64, kTileCols>;
-  FwdParams p = call;
   static_assert(Tr::kBlockM == kTileRows, "64 query rows per consumer warpgroup");
   require(p.plan.tile_rows == kTileRows && p.plan.tile_cols == kTileCols, "CUDA sm90 kernel: a plan of ",
           p.plan.tile_rows, " x ", p.plan.tile_cols, " tiles given to the kernel of ", kTileRows, " x ",
           kTileCols, " tiles");
-  use_keep_bits_table<Tr, Tr::kConsumerThreads>(p, stream);
   const DType dtype = std::is_same_v<T, __nv_bfloat16> ? DType::BF16 : DType::F16;
   // A packed varlen batch is one batch of total_q (total_k) rows; its work units address their sequences' rows.
   const bool packed = p.varlen.cu_seqlens_q != nullptr;
@@ -89,6 +87,12 @@ void launch_fwd_sm90(const FwdParams& call, cudaStream_t stream) {
   }
   launch_grid<Tr>(p, maps, stream);
   if (p.plan.num_split_rows > 0) launch_split_combine<T>(p, Tr::kBlockM, stream);
+}
+
+template <typename T, int kHeadDim, int kTileRows, int kTileCols>
+DevicePtr make_fwd_sm90_keep_bits(FwdParams& p, cudaStream_t stream) {
+  using Tr = Sm90Traits<T, kHeadDim, kTileRows / 64, kTileCols>;
+  return make_keep_bits_table<Tr, Tr::kConsumerThreads>(p, stream);
 }
 
 }  // namespace spattn::cuda_detail

@@ -4,4 +4,5 @@
 
 namespace spattn::cuda_detail {
 template void launch_fwd_sm80<__nv_bfloat16, 64, kSm80NarrowTile.cols>(const FwdParams& p, cudaStream_t stream);
+template DevicePtr make_fwd_sm80_keep_bits<__nv_bfloat16, 64, kSm80NarrowTile.cols>(FwdParams& p, cudaStream_t stream);
 }  // namespace spattn::cuda_detail

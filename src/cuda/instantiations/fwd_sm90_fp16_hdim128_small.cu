@@ -5,4 +5,5 @@
 
 namespace spattn::cuda_detail {
 template void launch_fwd_sm90<__half, 128, 64, 64>(const FwdParams& p, cudaStream_t stream);
+template DevicePtr make_fwd_sm90_keep_bits<__half, 128, 64, 64>(FwdParams& p, cudaStream_t stream);
 }  // namespace spattn::cuda_detail

@@ -4,7 +4,8 @@
 // DeviceMaskView is the BlockMask itself on the device plus the pattern's
 // per-head expressions (tables rewritten to device copies). DeviceTilePlanView
 // is the tile plan of tile_plan.hpp on the device. Both are views: the memory
-// belongs to the mask's device cache (device_plan.hpp).
+// belongs to the call's plan (cuda_plan.hpp) and the mask's device copy
+// (device_mask_copy.hpp).
 #pragma once
 
 #include <cstdint>
@@ -14,8 +15,6 @@
 #include "spattn/pattern_terms.hpp"
 
 namespace spattn::cuda_detail {
-
-class PlanTables;  // device_plan.hpp
 
 struct DeviceMaskView {
   BlockMaskView blocks;               // device pointers
@@ -54,9 +53,6 @@ struct DeviceTilePlanView {
   int64_t num_k_tiles = 0;
   int64_t tile_rows = 0;  // query rows per kernel tile the plan was made for
   int64_t tile_cols = 0;  // keys per kernel tile the plan was made for
-  // Host only (no kernel reads it): the tables kept with the plan's mask; null for
-  // plans made per call (dynamic attention).
-  PlanTables* tables = nullptr;
 };
 
 }  // namespace spattn::cuda_detail

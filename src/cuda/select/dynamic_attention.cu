@@ -14,7 +14,7 @@
 #include "cuda/fwd_sm80/fwd_sm80.hpp"
 #include "cuda/fwd_sm90/fwd_sm90.hpp"
 #include "cuda/kernel_choice.hpp"
-#include "cuda/plan/device_plan.hpp"
+#include "cuda/plan/device_mask_copy.hpp"
 #include "spattn/cuda.hpp"
 #include "spattn/error.hpp"
 #include "spattn/pattern_terms.hpp"
@@ -164,7 +164,7 @@ DynamicAttention::DynamicAttention(const SelectConfig& config, const SelectShape
   selector_ = std::make_unique<BlockSelector>(config, shape);
   shape_mask_ = BlockMask::build(Pattern::dense(config.causal),
                                  MaskShape{shape.q_len, shape.k_len, config.block_q, config.block_k, 1});
-  predicate_ = device_mask(shape_mask_, nullptr);
+  predicate_ = shared_device_copy(shape_mask_, nullptr)->view();  // kept in shape_mask_'s plan cache
   predicate_.blocks = BlockMaskView{};  // only the expressions are used
   num_q_tiles_ = ceil_div(shape.q_len, tile_.rows);
   num_k_tiles_ = ceil_div(shape.k_len, tile_.cols);

@@ -1,8 +1,8 @@
 // python/csrc/attention_backward_ops.cpp - the spattn::attention_backward
 // operator and its CPU kernel: the gradients of spattn::attention.
 //
-// It takes what the forward operator took (q, k, v, the mask as its arrays
-// and encoded pattern, scale, backend) plus the forward's out and lse and the
+// It takes what the forward operator took (q, k, v, the packed mask or None,
+// scale, backend) plus the forward's out and lse and the
 // gradients of both outputs, and returns (dq, dk, dv) with the shapes of q, k
 // and v. spattn/attention.py registers it as the autograd formula of
 // spattn::attention. There is no CUDA kernel: the CUDA backend has no
@@ -14,6 +14,7 @@
 #include <tuple>
 
 #include "attention_op.hpp"
+#include "mask_registry.hpp"
 #include "spattn/backward.hpp"
 #include "tensor_bridge.hpp"
 
@@ -22,9 +23,7 @@ namespace {
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cpu(
     const at::Tensor& d_out, const at::Tensor& d_lse, const at::Tensor& q, const at::Tensor& k,
-    const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse, int64_t mask_q_len, int64_t mask_k_len,
-    int64_t block_q, int64_t block_k, const at::Tensor& row_offsets, const at::Tensor& kv_indices,
-    const at::Tensor& kv_full, at::IntArrayRef code, const at::Tensor& table_i32, const at::Tensor& table_i64,
+    const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse, const std::optional<at::Tensor>& mask,
     std::optional<double> scale, c10::string_view backend) {
   return run_with_value_errors([&] {
     at::Tensor dq = at::zeros_like(q), dk = at::zeros_like(k), dv = at::zeros_like(v);
@@ -34,15 +33,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cpu(
     TORCH_CHECK_VALUE(d_lse.sizes() == lse.sizes(), "d_lse shape ", d_lse.sizes(), " must equal lse shape ",
                       lse.sizes());
     const at::Tensor lse_c = lse.contiguous(), d_lse_c = d_lse.contiguous();
-    const MaskTensors mask{mask_q_len, mask_k_len, block_q, block_k, row_offsets,
-                           kv_indices, kv_full,    code,    table_i32, table_i64};
     AttentionOptions options;
     options.scale = scale;
     options.backend = host_backend(backend, dtype_of(q, "q"));
     const TensorView lse_view = lse_view_of(lse_c), d_lse_view = lse_view_of(d_lse_c);
     attention_backward(view_of(q, "q"), view_of(k, "k"), view_of(v, "v"), view_of(out, "out"), lse_view,
                        view_of(d_out, "d_out"), {view_of(dq, "dq"), view_of(dk, "dk"), view_of(dv, "dv")},
-                       host_block_mask(mask), options, &d_lse_view);
+                       *registered_mask(mask, q.size(2), k.size(2)), options, &d_lse_view);
     return std::make_tuple(dq, dk, dv);
   });
 }
@@ -53,9 +50,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cpu(
 TORCH_LIBRARY_FRAGMENT(spattn, m) {
   m.def(
       "attention_backward(Tensor d_out, Tensor d_lse, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
-      "int mask_q_len, int mask_k_len, int block_q, int block_k, Tensor row_offsets, Tensor kv_indices, "
-      "Tensor kv_full, int[] code, Tensor table_i32, Tensor table_i64, float? scale, str backend) "
-      "-> (Tensor dq, Tensor dk, Tensor dv)");
+      "Tensor? mask, float? scale, str backend) -> (Tensor dq, Tensor dk, Tensor dv)");
 }
 
 TORCH_LIBRARY_IMPL(spattn, CPU, m) {

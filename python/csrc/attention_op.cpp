@@ -34,8 +34,9 @@ AttentionCall::AttentionCall(const at::Tensor& q_in, const at::Tensor& k_in, con
   empty_ = q_in.numel() == 0 || k_in.numel() == 0;
 }
 
-void AttentionCall::run(const BlockMask& mask, Backend backend) {
+void AttentionCall::run(const BlockMask& mask, Backend backend, void* stream) {
   options.backend = backend;
+  options.stream = stream;
   const TensorView out = view_of(out_tensor, "out");
   const TensorView lse = lse_view_of(lse_tensor);
   attention(q, k, v, out, mask, options, &lse);

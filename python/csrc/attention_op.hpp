@@ -28,7 +28,9 @@ class AttentionCall {
   // True when there is nothing to compute (a zero-sized q or k); the outputs
   // already hold their final values (Lk == 0: out 0, lse -inf).
   bool empty() const { return empty_; }
-  void run(const BlockMask& mask, Backend backend);
+  // spattn::attention on `mask` (its plan for the call's shape from the
+  // mask's cache), CUDA work queued on `stream`.
+  void run(const BlockMask& mask, Backend backend, void* stream = nullptr);
   std::tuple<at::Tensor, at::Tensor> result() const { return {out_tensor, lse_tensor}; }
 
   TensorView q, k, v;

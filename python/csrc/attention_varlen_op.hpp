@@ -9,12 +9,19 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <optional>
 #include <tuple>
 
 #include "spattn/attention.hpp"
 
 namespace spattn::torch_bridge {
+
+// The length of the dense mask of a varlen call without one: the longest
+// sequence (at least 1).
+inline int64_t varlen_dense_length(int64_t max_seqlen_q, int64_t max_seqlen_k) {
+  return std::max<int64_t>({max_seqlen_q, max_seqlen_k, 1});
+}
 
 class VarlenCall {
  public:

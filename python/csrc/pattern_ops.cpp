@@ -4,8 +4,10 @@
 // Every pattern crosses as its encoding (spattn/pattern_codec.hpp) in three CPU
 // tensors (code int64, table_i32, table_i64): the builders return it, the
 // composition operators take and return it, and block_mask_build turns it
-// into the mask arrays with BlockMask::build. The queries of a mask
-// (kept pairs, the dense token mask, the description) read the same tensors.
+// into a packed mask (packed_mask.hpp) with BlockMask::build;
+// block_mask_pack packs a mask's arrays made elsewhere (FlexAttention masks,
+// dynamic selections) on their device. The queries of a mask (kept pairs,
+// the dense token mask) read the packed tensor.
 // Builder errors keep the library's wording and arrive as ValueError; so does
 // a mask too large for the memory available (its arrays exist twice while
 // they are copied into tensors, and the check counts both).
@@ -14,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "mask_registry.hpp"
+#include "packed_mask.hpp"
 #include "spattn/block_mask.hpp"
 #include "spattn/error.hpp"
 #include "spattn/memory.hpp"
@@ -131,55 +135,60 @@ bool pattern_head_dependent(const at::Tensor& code, const at::Tensor& i32, const
   return run_with_value_errors([&] { return decode(code, i32, i64).head_dependent(); });
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> block_mask_build(
-    const at::Tensor& code, const at::Tensor& i32, const at::Tensor& i64, int64_t q_len,
-    int64_t k_len, int64_t block_q, int64_t block_k, int64_t num_heads) {
+at::Tensor block_mask_build(const at::Tensor& code, const at::Tensor& i32, const at::Tensor& i64, int64_t q_len,
+                            int64_t k_len, int64_t block_q, int64_t block_k, int64_t num_heads) {
   return run_with_value_errors([&] {
     const Pattern pattern = decode(code, i32, i64);
     const MaskShape shape{q_len, k_len, block_q, block_k, num_heads};
     const int64_t bytes = BlockMask::build_bytes(pattern, shape);
+    // The arrays exist three times at the peak: the mask, its tensors, the packed tensor.
     MemoryEstimate("a block mask for seq_len=" + std::to_string(q_len) + ", seq_len_k=" + std::to_string(k_len) +
                    ", block_size=(" + std::to_string(block_q) + ", " + std::to_string(block_k) +
                    "), num_heads=" + std::to_string(num_heads))
         .add("the mask (estimated)", bytes)
-        .add("its tensors", bytes)
+        .add("its tensors", 2 * bytes)
         .check();
-    const BlockMask mask = BlockMask::build(pattern, shape);
-    return std::make_tuple(tensor_of(mask.row_offsets()), tensor_of(mask.kv_indices()),
-                           tensor_of(mask.kv_full()));
+    return pack_mask(BlockMask::build(pattern, shape), PatternTensors{code, i32, i64});
   });
 }
 
-// The host BlockMask of a Python BlockMask's arrays (code: any int64 tensor).
-BlockMask host_mask_of(int64_t q_len, int64_t k_len, int64_t block_q, int64_t block_k,
-                       const at::Tensor& row_offsets, const at::Tensor& kv_indices,
-                       const at::Tensor& kv_full, const at::Tensor& code, const at::Tensor& i32,
-                       const at::Tensor& i64) {
-  const at::Tensor c = cpu_contiguous(code, at::kLong, "code");
-  const at::IntArrayRef code_words(c.data_ptr<int64_t>(), c.numel());
-  return host_block_mask(MaskTensors{q_len, k_len, block_q, block_k, row_offsets, kv_indices,
-                                     kv_full, code_words, i32, i64});
-}
-
-int64_t block_mask_kept_pairs(int64_t q_len, int64_t k_len, int64_t block_q, int64_t block_k,
-                              const at::Tensor& row_offsets, const at::Tensor& kv_indices,
-                              const at::Tensor& kv_full, const at::Tensor& code, const at::Tensor& i32,
-                              const at::Tensor& i64, int64_t query_heads) {
+// A mask's arrays (row_offsets int64, kv_indices int32, kv_full uint8, on one
+// device) and its pattern's encoding, packed on that device. Checked when the
+// mask is first used.
+at::Tensor block_mask_pack(int64_t q_len, int64_t k_len, int64_t block_q, int64_t block_k, int64_t num_heads,
+                           const at::Tensor& row_offsets, const at::Tensor& kv_indices, const at::Tensor& kv_full,
+                           const at::Tensor& code, const at::Tensor& i32, const at::Tensor& i64) {
   return run_with_value_errors([&] {
-    const BlockMask mask =
-        host_mask_of(q_len, k_len, block_q, block_k, row_offsets, kv_indices, kv_full, code, i32, i64);
-    return mask.kept_pairs(query_heads);
+    TORCH_CHECK_VALUE(kv_indices.device() == row_offsets.device() && kv_full.device() == row_offsets.device(),
+                      "row_offsets, kv_indices and kv_full must be on one device, got ", row_offsets.device(), ", ",
+                      kv_indices.device(), " and ", kv_full.device());
+    PackedHeader h;
+    h.q_len = q_len;
+    h.k_len = k_len;
+    h.block_q = block_q;
+    h.block_k = block_k;
+    h.num_heads = num_heads;
+    h.num_blocks = kv_indices.numel();
+    h.code_words = code.numel();
+    h.table_i32 = i32.numel();
+    h.table_i64 = i64.numel();
+    require(row_offsets.numel() == h.num_rows() + 1, "row_offsets has ", row_offsets.numel(),
+            " entries, but num_heads * query blocks + 1 = ", h.num_rows() + 1);
+    require(kv_full.numel() == h.num_blocks, "kv_full has ", kv_full.numel(), " entries but kv_indices has ",
+            h.num_blocks);
+    return pack_mask(h, row_offsets, kv_indices, kv_full, PatternTensors{code, i32, i64});
   });
+}
+
+int64_t block_mask_kept_pairs(const at::Tensor& mask, int64_t query_heads) {
+  return run_with_value_errors([&] { return registered_mask(mask, 0, 0)->kept_pairs(query_heads); });
 }
 
 // (query_heads, Lq, Lk) bool: which pairs the mask allows, read through the plan.
-at::Tensor block_mask_to_dense(int64_t q_len, int64_t k_len, int64_t block_q, int64_t block_k,
-                               const at::Tensor& row_offsets, const at::Tensor& kv_indices,
-                               const at::Tensor& kv_full, const at::Tensor& code, const at::Tensor& i32,
-                               const at::Tensor& i64, int64_t query_heads) {
+at::Tensor block_mask_to_dense(const at::Tensor& packed, int64_t query_heads) {
   return run_with_value_errors([&] {
-    const BlockMask mask =
-        host_mask_of(q_len, k_len, block_q, block_k, row_offsets, kv_indices, kv_full, code, i32, i64);
+    const BlockMask& mask = *registered_mask(packed, 0, 0);
+    const int64_t q_len = mask.q_len(), k_len = mask.k_len();
     require(query_heads > 0 && query_heads % mask.num_heads() == 0, "query_heads must be a positive ",
             "multiple of the mask's heads (", mask.num_heads(), "), got ", query_heads);
     at::Tensor dense = at::zeros({query_heads, q_len, k_len}, at::TensorOptions().dtype(at::kBool));
@@ -212,9 +221,6 @@ TORCH_LIBRARY_FRAGMENT(spattn, m) {
   using namespace spattn::torch_bridge;
   const std::string encoded = " -> (Tensor code, Tensor table_i32, Tensor table_i64)";
   const std::string pattern_args = "Tensor code, Tensor table_i32, Tensor table_i64";
-  const std::string mask_args =
-      "int q_len, int k_len, int block_q, int block_k, Tensor row_offsets, Tensor kv_indices, "
-      "Tensor kv_full, " + pattern_args + ", int query_heads";
   auto def = [&m](const std::string& schema, auto kernel) { m.def(schema.c_str(), kernel); };
   def("pattern_dense(bool causal)" + encoded, &pattern_dense);
   def("pattern_block_diagonal(int block, bool causal)" + encoded, &pattern_block_diagonal);
@@ -239,10 +245,11 @@ TORCH_LIBRARY_FRAGMENT(spattn, m) {
   def("pattern_with_causal(" + pattern_args + ")" + encoded, &pattern_with_causal);
   def("pattern_describe(" + pattern_args + ") -> Tensor", &pattern_describe);
   def("pattern_head_dependent(" + pattern_args + ") -> bool", &pattern_head_dependent);
-  def("block_mask_build(" + pattern_args +
-          ", int q_len, int k_len, int block_q, int block_k, int num_heads) -> "
-          "(Tensor row_offsets, Tensor kv_indices, Tensor kv_full)",
+  def("block_mask_build(" + pattern_args + ", int q_len, int k_len, int block_q, int block_k, int num_heads) -> Tensor",
       &block_mask_build);
-  def("block_mask_kept_pairs(" + mask_args + ") -> int", &block_mask_kept_pairs);
-  def("block_mask_to_dense(" + mask_args + ") -> Tensor", &block_mask_to_dense);
+  def("block_mask_pack(int q_len, int k_len, int block_q, int block_k, int num_heads, Tensor row_offsets, "
+      "Tensor kv_indices, Tensor kv_full, " + pattern_args + ") -> Tensor",
+      &block_mask_pack);
+  def("block_mask_kept_pairs(Tensor mask, int query_heads) -> int", &block_mask_kept_pairs);
+  def("block_mask_to_dense(Tensor mask, int query_heads) -> Tensor", &block_mask_to_dense);
 }

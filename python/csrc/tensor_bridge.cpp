@@ -2,7 +2,6 @@
 // (see tensor_bridge.hpp).
 #include "tensor_bridge.hpp"
 
-
 #include "spattn/error.hpp"
 #include "spattn/pattern_codec.hpp"
 
@@ -47,13 +46,6 @@ at::Tensor cpu_contiguous(const at::Tensor& t, at::ScalarType dtype, const char*
 namespace {
 
 template <typename T>
-std::vector<T> to_vector(const at::Tensor& t, at::ScalarType dtype, const char* name) {
-  const at::Tensor c = cpu_contiguous(t, dtype, name);
-  const T* data = c.data_ptr<T>();
-  return std::vector<T>(data, data + c.numel());
-}
-
-template <typename T>
 at::Tensor to_tensor(const std::vector<T>& v, at::ScalarType dtype) {
   at::Tensor t = at::empty({static_cast<int64_t>(v.size())}, at::TensorOptions().dtype(dtype));
   std::copy(v.begin(), v.end(), t.data_ptr<T>());
@@ -70,30 +62,6 @@ std::shared_ptr<const Pattern> pattern_of(const int64_t* code, int64_t code_size
   return std::make_shared<const Pattern>(decode_pattern(code, code_size, i32.data_ptr<int32_t>(),
                                                         i32.numel(), i64.data_ptr<int64_t>(),
                                                         i64.numel()));
-}
-
-BlockMask host_block_mask(const MaskTensors& m) {
-  const int64_t q_len = m.q_len, k_len = m.k_len;
-  require(q_len > 0 && k_len > 0, "mask lengths must be > 0, got Lq=", q_len, " Lk=", k_len);
-  std::shared_ptr<const Pattern> pattern =
-      pattern_of(m.code.data(), static_cast<int64_t>(m.code.size()), m.table_i32, m.table_i64);
-  if (m.row_offsets.numel() == 0) {
-    require(m.kv_indices.numel() == 0 && m.kv_full.numel() == 0,
-            "row_offsets is empty (a dense mask) but kv_indices or kv_full is not");
-    return BlockMask::build(pattern ? *pattern : Pattern::dense(),
-                            MaskShape{q_len, k_len, m.block_q, m.block_k, 1});
-  }
-  require(m.block_q > 0 && m.block_k > 0, "mask block sizes must be > 0, got ", m.block_q, " x ",
-          m.block_k);
-  const int64_t num_q_blocks = (q_len + m.block_q - 1) / m.block_q;
-  const int64_t rows = m.row_offsets.numel() - 1;
-  require(rows > 0 && rows % num_q_blocks == 0, "row_offsets has ", m.row_offsets.numel(),
-          " entries, which is not heads * ", num_q_blocks, " query blocks + 1 for Lq=", q_len,
-          " and block_q=", m.block_q);
-  return BlockMask(q_len, k_len, m.block_q, m.block_k, rows / num_q_blocks,
-                   to_vector<int64_t>(m.row_offsets, at::kLong, "row_offsets"),
-                   to_vector<int32_t>(m.kv_indices, at::kInt, "kv_indices"),
-                   to_vector<uint8_t>(m.kv_full, at::kByte, "kv_full"), std::move(pattern));
 }
 
 PatternTensors pattern_tensors(const Pattern& pattern) {

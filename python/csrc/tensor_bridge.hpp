@@ -3,9 +3,9 @@
 // The operators of the PyTorch package receive everything as tensors and
 // integers. This header turns them into the library's types: a 4-D tensor
 // into a TensorView (its strides passed through, so transposed views need no
-// copy), the mask arrays plus the encoded pattern (spattn/pattern_codec.hpp)
-// into a BlockMask, and a Pattern back into tensors. spattn::Error becomes a
-// Python ValueError through run_with_value_errors.
+// copy), the encoded pattern (spattn/pattern_codec.hpp) into a Pattern and
+// back into tensors. spattn::Error becomes a Python ValueError through
+// run_with_value_errors.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -43,20 +43,6 @@ TensorView view_of(const at::Tensor& t, const char* name);
 
 // The LSE output (B, H, L) fp32 as a view with D = 1.
 TensorView lse_view_of(const at::Tensor& lse);
-
-// A mask as the operators receive it: its lengths, block sizes, arrays and
-// encoded pattern (code and tables). An empty row_offsets means the mask is
-// built here from the pattern (dense when the code is empty too), one mask head.
-struct MaskTensors {
-  int64_t q_len = 0, k_len = 0;
-  int64_t block_q = 0, block_k = 0;
-  at::Tensor row_offsets, kv_indices, kv_full;
-  at::IntArrayRef code;
-  at::Tensor table_i32, table_i64;
-};
-
-// Rebuilds the BlockMask on the host; the tensors must be on the CPU.
-BlockMask host_block_mask(const MaskTensors& m);
 
 // The pattern encoded by code + tables (all CPU tensors); null when code is empty.
 std::shared_ptr<const Pattern> pattern_of(const int64_t* code, int64_t code_size,

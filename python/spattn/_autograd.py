@@ -26,29 +26,25 @@ def _no_gradient(what: str):
 
 
 def _attention_setup(ctx, inputs, output):
-    q, k, v, mask_q_len, mask_k_len, block_q, block_k, row_offsets, kv_indices, kv_full, code, t32, t64, \
-        scale, backend = inputs
+    q, k, v, mask, scale, backend = inputs
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, row_offsets, kv_indices, kv_full, t32, t64)
-    ctx.mask_args = (mask_q_len, mask_k_len, block_q, block_k)
-    ctx.code, ctx.scale, ctx.backend = code, scale, backend
+    ctx.save_for_backward(q, k, v, out, lse, mask)
+    ctx.scale, ctx.backend = scale, backend
 
 
 def _attention_backward(ctx, d_out, d_lse):
-    q, k, v, out, lse, row_offsets, kv_indices, kv_full, t32, t64 = ctx.saved_tensors
+    q, k, v, out, lse, mask = ctx.saved_tensors
     if q.is_cuda:
         _no_gradient("spattn.attention on CUDA tensors")
     if d_out is None:
         d_out = torch.zeros_like(out)
     if d_lse is None:
         d_lse = torch.zeros_like(lse)
-    dq, dk, dv = ops.attention_backward(d_out, d_lse, q, k, v, out, lse, *ctx.mask_args, row_offsets,
-                                        kv_indices, kv_full, ctx.code, t32, t64, ctx.scale, ctx.backend)
-    return (dq, dk, dv) + (None,) * 12
+    dq, dk, dv = ops.attention_backward(d_out, d_lse, q, k, v, out, lse, mask, ctx.scale, ctx.backend)
+    return dq, dk, dv, None, None, None
 
 
-def _attention_backward_fake(d_out, d_lse, q, k, v, out, lse, mask_q_len, mask_k_len, block_q, block_k,
-                             row_offsets, kv_indices, kv_full, code, table_i32, table_i64, scale, backend):
+def _attention_backward_fake(d_out, d_lse, q, k, v, out, lse, mask, scale, backend):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 

@@ -24,17 +24,14 @@ ops = torch.ops.spattn
 
 
 @torch.library.register_fake("spattn::attention")
-def _attention_fake(q, k, v, mask_q_len, mask_k_len, block_q, block_k, row_offsets, kv_indices,
-                    kv_full, code, table_i32, table_i64, scale, backend):
+def _attention_fake(q, k, v, mask, scale, backend):
     out = torch.empty_like(q)
     lse = q.new_empty((q.shape[0], q.shape[1], q.shape[2]), dtype=torch.float32)
     return out, lse
 
 
 @torch.library.register_fake("spattn::attention_varlen")
-def _attention_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mask_q_len,
-                           mask_k_len, block_q, block_k, row_offsets, kv_indices, kv_full, code, table_i32,
-                           table_i64, scale, backend):
+def _attention_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mask, scale, backend):
     out = torch.empty_like(q)
     lse = q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
     return out, lse

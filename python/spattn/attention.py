@@ -24,7 +24,6 @@ from spattn.block_mask import BlockMask
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _BACKENDS = ("auto", "reference", "cpu", "cuda")
-_DENSE_BLOCK = 128
 _HAS_CUDA = built_with_cuda()
 
 
@@ -59,11 +58,15 @@ def _check_tensors(q, k, v) -> None:
                          "machine with a GPU (or with SPATTN_CUDA=ON)")
 
 
-def _check_mask(mask, q, k) -> None:
+def _mask_on(mask, device):
+    """The mask's packed tensor on `device`, where the operators read it (a mask used on another
+    device is moved once and kept with the mask)."""
     if not isinstance(mask, BlockMask):
         raise TypeError(f"mask must be a spattn.BlockMask or None, got {type(mask).__name__}")
-    if mask.device != q.device:
-        raise ValueError(f"mask is on {mask.device} but q is on {q.device}; use mask.to(q.device)")
+    return mask._on(device).packed
+
+
+def _check_mask(mask: BlockMask, q, k) -> None:
     Lq, Lk, Hq = q.shape[2], k.shape[2], q.shape[1]
     if (mask.q_len, mask.k_len) != (Lq, Lk):
         raise ValueError(f"mask was built for Lq={mask.q_len}, Lk={mask.k_len} but q has seq_len {Lq} "
@@ -99,20 +102,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[
     """
     _check_tensors(q, k, v)
     _check_options(scale, backend, return_lse)
-    if mask is None:
-        empty_i64 = torch.empty(0, dtype=torch.int64, device=q.device)
-        empty_i32 = torch.empty(0, dtype=torch.int32, device=q.device)
-        empty_u8 = torch.empty(0, dtype=torch.uint8, device=q.device)
-        out, lse = ops.attention(q, k, v, q.shape[2], k.shape[2], _DENSE_BLOCK, _DENSE_BLOCK,
-                                 empty_i64, empty_i32, empty_u8, [], empty_i32, empty_i64,
-                                 None if scale is None else float(scale), backend)
-    else:
+    packed = None
+    if mask is not None:
+        packed = _mask_on(mask, q.device)
         _check_mask(mask, q, k)
-        block_q, block_k = mask.block_size
-        out, lse = ops.attention(q, k, v, mask.q_len, mask.k_len, block_q, block_k, mask.row_offsets,
-                                 mask.kv_indices, mask.kv_full, list(mask.pattern.code),
-                                 mask.table_i32, mask.table_i64,
-                                 None if scale is None else float(scale), backend)
+    out, lse = ops.attention(q, k, v, packed, None if scale is None else float(scale), backend)
     return (out, lse) if return_lse else out
 
 
@@ -171,20 +165,10 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
                          f"{cu_seqlens_k.numel()}")
     max_q = _check_max_seqlen(max_seqlen_q, "max_seqlen_q")
     max_k = _check_max_seqlen(max_seqlen_k, "max_seqlen_k")
-    max_len = max(max_q, max_k, 1)
     scale_arg = None if scale is None else float(scale)
-    if mask is None:
-        empty_i64 = torch.empty(0, dtype=torch.int64, device=q.device)
-        empty_i32 = torch.empty(0, dtype=torch.int32, device=q.device)
-        empty_u8 = torch.empty(0, dtype=torch.uint8, device=q.device)
-        out, lse = ops.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, max_len, max_len,
-                                        _DENSE_BLOCK, _DENSE_BLOCK, empty_i64, empty_i32, empty_u8, [],
-                                        empty_i32, empty_i64, scale_arg, backend)
-    else:
-        if not isinstance(mask, BlockMask):
-            raise TypeError(f"mask must be a spattn.BlockMask or None, got {type(mask).__name__}")
-        if mask.device != q.device:
-            raise ValueError(f"mask is on {mask.device} but q is on {q.device}; use mask.to(q.device)")
+    packed = None
+    if mask is not None:
+        packed = _mask_on(mask, q.device)
         if mask.q_len != mask.k_len or mask.q_len < max(max_q, max_k):
             raise ValueError(f"mask must be built for one length >= max_seqlen_q and max_seqlen_k "
                              f"({max_q}, {max_k}), got Lq={mask.q_len}, Lk={mask.k_len}")
@@ -192,9 +176,5 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
         if mask.head_dependent and mask.num_heads != Hq:
             raise ValueError(f"mask was built for {mask.num_heads} query heads (its pattern depends on the "
                              f"head) but q has {Hq}; build it with num_heads={Hq}")
-        block_q, block_k = mask.block_size
-        out, lse = ops.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, mask.q_len,
-                                        mask.k_len, block_q, block_k, mask.row_offsets, mask.kv_indices,
-                                        mask.kv_full, list(mask.pattern.code), mask.table_i32,
-                                        mask.table_i64, scale_arg, backend)
+    out, lse = ops.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, packed, scale_arg, backend)
     return (out, lse) if return_lse else out

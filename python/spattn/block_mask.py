@@ -7,6 +7,13 @@ each pair. It has one head (shared by every query head) or one per query head
 (patterns that read the head index). It is built on the host by the C++
 library (``spattn::BlockMask::build``, time proportional to the kept blocks)
 and moved with ``.to(device)``; the arrays then live where the attention runs.
+
+The mask crosses into the operators as one tensor, ``packed``: int64 words
+holding a header, the three arrays and the pattern's encoding
+(python/csrc/packed_mask.hpp; ``row_offsets``, ``kv_indices`` and
+``kv_full`` are views of it). The operators decode it once and keep the
+decoded mask with its plans, found again by the tensor's identity and
+version.
 """
 from __future__ import annotations
 
@@ -48,6 +55,25 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+# Words of the packed header (python/csrc/packed_mask.hpp, kHeaderWords).
+_HEADER_WORDS = 10
+
+
+def _words(count: int, element_bytes: int) -> int:
+    return -(-count * element_bytes // 8)
+
+
+def _sections(num_rows: int, num_blocks: int, code_words: int, table_i32: int, table_i64: int) -> list:
+    """Word offsets of the packed sections, as PackedHeader::sections (packed_mask.hpp) gives them."""
+    row_offsets = _HEADER_WORDS
+    kv_indices = row_offsets + num_rows + 1
+    kv_full = kv_indices + _words(num_blocks, 4)
+    code = kv_full + _words(num_blocks, 1)
+    t32 = code + code_words
+    t64 = t32 + _words(table_i32, 4)
+    return [row_offsets, kv_indices, kv_full, code, t32, t64, t64 + table_i64]
+
+
 class BlockMask:
     """Which key blocks each query block visits, and how to test pairs inside them.
 
@@ -58,36 +84,61 @@ class BlockMask:
     def __init__(self, q_len: int, k_len: int, block_size: Tuple[int, int], row_offsets: torch.Tensor,
                  kv_indices: torch.Tensor, kv_full: torch.Tensor, pattern: Pattern,
                  head_dependent: bool):
+        """A mask of its arrays (on one device; checked at its first use)."""
+        block_q, block_k = block_size
+        num_heads = (row_offsets.numel() - 1) // _ceil_div(q_len, block_q)
+        packed = ops.block_mask_pack(q_len, k_len, block_q, block_k, num_heads, row_offsets, kv_indices, kv_full,
+                                     *pattern.tensors())
+        self._init(packed, q_len, k_len, block_size, num_heads, kv_indices.numel(), pattern, head_dependent)
+
+    def _init(self, packed: torch.Tensor, q_len: int, k_len: int, block_size: Tuple[int, int], num_heads: int,
+              num_blocks: int, pattern: Pattern, head_dependent: bool) -> None:
+        self.packed = packed
         self.q_len = q_len
         self.k_len = k_len
         self.block_size = block_size
-        self.row_offsets = row_offsets
-        self.kv_indices = kv_indices
-        self.kv_full = kv_full
+        self._num_heads = num_heads
         self.pattern = pattern
         self.head_dependent = head_dependent
-        device = row_offsets.device
-        self.table_i32 = pattern.table_i32.to(device)
-        self.table_i64 = pattern.table_i64.to(device)
+        rows = num_heads * _ceil_div(q_len, block_size[0])
+        at = _sections(rows, num_blocks, len(pattern.code), pattern.table_i32.numel(), pattern.table_i64.numel())
+        self.row_offsets = packed[at[0]:at[1]]
+        self.kv_indices = packed[at[1]:at[2]].view(torch.int32)[:num_blocks]
+        self.kv_full = packed[at[2]:at[3]].view(torch.uint8)[:num_blocks]
+        self._moved = {packed.device: self}
+
+    @classmethod
+    def _of_packed(cls, packed: torch.Tensor, q_len: int, k_len: int, block_size: Tuple[int, int],
+                   num_heads: int, num_blocks: int, pattern: Pattern, head_dependent: bool) -> "BlockMask":
+        mask = cls.__new__(cls)
+        mask._init(packed, q_len, k_len, block_size, num_heads, num_blocks, pattern, head_dependent)
+        return mask
 
     # ---- construction ----
 
     @classmethod
     def from_pattern(cls, pattern: Pattern, q_len: int, k_len: int, block_size: BlockSize = 128,
-                     num_heads: int = 1, device=None) -> "BlockMask":
+                     num_heads: Optional[int] = None, device=None) -> "BlockMask":
         """Builds the plan of `pattern` for q_len queries over k_len keys.
 
         `num_heads` is the number of query heads; it matters only for patterns
-        that read the head index, whose masks get one head per query head.
+        that read the head index (dilated rates > 1, per-head mixes), whose
+        masks get one head per query head, and such a pattern needs it.
         """
         q_len = positive_int(q_len, "seq_len")
         k_len = positive_int(k_len, "seq_len_k")
         block_q, block_k = block_size_pair(block_size)
+        if num_heads is None:
+            if pattern.head_dependent:
+                raise ValueError(f"the pattern {pattern.describe()} reads the query head (a dilated rate > 1 or "
+                                 "a per-head mix): pass num_heads=<query heads> to build its mask")
+            num_heads = 1
         num_heads = positive_int(num_heads, "num_heads")
-        row_offsets, kv_indices, kv_full = ops.block_mask_build(
-            *pattern.tensors(), q_len, k_len, block_q, block_k, num_heads)
-        mask = cls(q_len, k_len, (block_q, block_k), row_offsets, kv_indices, kv_full, pattern,
-                   pattern.head_dependent)
+        packed = ops.block_mask_build(*pattern.tensors(), q_len, k_len, block_q, block_k, num_heads)
+        mask_heads = num_heads if pattern.head_dependent else 1
+        num_blocks = int(packed[6])  # the header's block count (the packed tensor is on the CPU)
+        mask = cls._of_packed(packed, q_len, k_len, (block_q, block_k), mask_heads, num_blocks, pattern,
+                              pattern.head_dependent)
         return mask if device is None else mask.to(device)
 
     @classmethod
@@ -143,12 +194,12 @@ class BlockMask:
 
     @property
     def device(self) -> torch.device:
-        return self.row_offsets.device
+        return self.packed.device
 
     @property
     def num_heads(self) -> int:
         """Mask heads: 1 (shared by all query heads) or one per query head."""
-        return (self.row_offsets.numel() - 1) // _ceil_div(self.q_len, self.block_size[0])
+        return self._num_heads
 
     @property
     def num_blocks(self) -> int:
@@ -159,20 +210,15 @@ class BlockMask:
     def num_full_blocks(self) -> int:
         return int(self.kv_full.sum().item())
 
-    def _host_args(self, query_heads: int):
-        block_q, block_k = self.block_size
-        return (self.q_len, self.k_len, block_q, block_k, self.row_offsets.cpu(),
-                self.kv_indices.cpu(), self.kv_full.cpu(), *self.pattern.tensors(), query_heads)
-
     @property
     def density(self) -> float:
         """Allowed pairs / (heads * Lq * Lk), over the mask's heads."""
-        kept = ops.block_mask_kept_pairs(*self._host_args(self.num_heads))
+        kept = ops.block_mask_kept_pairs(self._on(torch.device("cpu")).packed, self.num_heads)
         return kept / (self.num_heads * self.q_len * self.k_len)
 
     def to_dense(self) -> torch.Tensor:
         """The token-level mask, bool (num_heads, Lq, Lk) on the mask's device. For small shapes."""
-        return ops.block_mask_to_dense(*self._host_args(self.num_heads)).to(self.device)
+        return ops.block_mask_to_dense(self._on(torch.device("cpu")).packed, self.num_heads).to(self.device)
 
     def describe(self) -> str:
         return self.pattern.describe()
@@ -184,9 +230,15 @@ class BlockMask:
         device = torch.device(device)
         if device == self.device:
             return self
-        return BlockMask(self.q_len, self.k_len, self.block_size, self.row_offsets.to(device),
-                         self.kv_indices.to(device), self.kv_full.to(device), self.pattern,
-                         self.head_dependent)
+        return BlockMask._of_packed(self.packed.to(device), self.q_len, self.k_len, self.block_size,
+                                    self.num_heads, self.num_blocks, self.pattern, self.head_dependent)
+
+    def _on(self, device: torch.device) -> "BlockMask":
+        """The mask on `device`: self, or its copy there, made on the first request and kept."""
+        moved = self._moved.get(device)
+        if moved is None:
+            moved = self._moved[device] = self.to(device)
+        return moved
 
     def __or__(self, other: "BlockMask") -> "BlockMask":
         return combine([self, other], intersect=False)

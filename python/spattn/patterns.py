@@ -6,8 +6,9 @@ of each pattern is in docs/patterns.md. Query row i sits at position
 p = i + (Lk - Lq) (bottom-right alignment, as FlashAttention). Common keywords:
 
 - ``block_size``: mask block size, an int or (block_q, block_k) (default 128);
-- ``num_heads``: query heads; needed only by patterns that read the head index
-  (dilated with rates > 1, ``per_head`` mixes), whose masks get one head each;
+- ``num_heads``: query heads; required by patterns that read the head index
+  (dilated with rates > 1, ``per_head`` mixes), whose masks get one head each
+  (a ValueError says so where it is missing); other patterns ignore it;
 - ``device``: where the mask's arrays go (default CPU).
 
 ``union``, ``intersection`` and ``per_head`` combine masks built for the same
@@ -35,7 +36,7 @@ def _int_list(values, name: str, minimum: int) -> list:
 
 
 def _mask(pattern_op, seq_len: int, seq_len_k: Optional[int], block_size: BlockSize,
-          num_heads: int, device) -> BlockMask:
+          num_heads: Optional[int], device) -> BlockMask:
     q_len = positive_int(seq_len, "seq_len")
     k_len = q_len if seq_len_k is None else positive_int(seq_len_k, "seq_len_k")
     return BlockMask.from_pattern(Pattern.from_op(pattern_op), q_len, k_len, block_size,
@@ -43,19 +44,19 @@ def _mask(pattern_op, seq_len: int, seq_len_k: Optional[int], block_size: BlockS
 
 
 def dense(seq_len: int, seq_len_k: Optional[int] = None, *, causal: bool = False,
-          block_size: BlockSize = 128, num_heads: int = 1, device=None) -> BlockMask:
+          block_size: BlockSize = 128, num_heads: Optional[int] = None, device=None) -> BlockMask:
     """Every pair (with ``causal``: j <= p)."""
     return _mask(ops.pattern_dense(bool(causal)), seq_len, seq_len_k, block_size, num_heads, device)
 
 
 def causal(seq_len: int, seq_len_k: Optional[int] = None, *, block_size: BlockSize = 128,
-           num_heads: int = 1, device=None) -> BlockMask:
+           num_heads: Optional[int] = None, device=None) -> BlockMask:
     """j <= p."""
     return _mask(ops.pattern_dense(True), seq_len, seq_len_k, block_size, num_heads, device)
 
 
 def block_diagonal(seq_len: int, seq_len_k: Optional[int] = None, *, diagonal_block: Optional[int] = None,
-                   causal: bool = False, block_size: BlockSize = 128, num_heads: int = 1,
+                   causal: bool = False, block_size: BlockSize = 128, num_heads: Optional[int] = None,
                    device=None) -> BlockMask:
     """floor(p / B) == floor(j / B) with B = ``diagonal_block`` (default: the key block size)."""
     if diagonal_block is None:
@@ -68,7 +69,7 @@ def block_diagonal(seq_len: int, seq_len_k: Optional[int] = None, *, diagonal_bl
 
 def sliding_window(seq_len: int, seq_len_k: Optional[int] = None, *, window: Optional[int] = None,
                    window_left: Optional[int] = None, window_right: Optional[int] = None,
-                   causal: bool = False, block_size: BlockSize = 128, num_heads: int = 1,
+                   causal: bool = False, block_size: BlockSize = 128, num_heads: Optional[int] = None,
                    device=None) -> BlockMask:
     """p - window_left <= j <= p + window_right (FlashAttention's ``window_size=(left, right)``).
 
@@ -89,21 +90,21 @@ def sliding_window(seq_len: int, seq_len_k: Optional[int] = None, *, window: Opt
 
 
 def streaming(seq_len: int, seq_len_k: Optional[int] = None, *, sink: int, window: int,
-              block_size: BlockSize = 128, num_heads: int = 1, device=None) -> BlockMask:
+              block_size: BlockSize = 128, num_heads: Optional[int] = None, device=None) -> BlockMask:
     """Causal; j < sink or p - j < window (attention sinks plus a recent window)."""
     pattern_op = ops.pattern_streaming(int_at_least(sink, "sink", 0), int_at_least(window, "window", 1))
     return _mask(pattern_op, seq_len, seq_len_k, block_size, num_heads, device)
 
 
 def strided(seq_len: int, seq_len_k: Optional[int] = None, *, stride: int,
-            block_size: BlockSize = 128, num_heads: int = 1, device=None) -> BlockMask:
+            block_size: BlockSize = 128, num_heads: Optional[int] = None, device=None) -> BlockMask:
     """Causal; p - j < stride or (p - j) % stride == 0 (Sparse Transformer, strided)."""
     return _mask(ops.pattern_strided(int_at_least(stride, "stride", 1)), seq_len, seq_len_k, block_size,
                  num_heads, device)
 
 
 def fixed(seq_len: int, seq_len_k: Optional[int] = None, *, stride: int, summary: int,
-          block_size: BlockSize = 128, num_heads: int = 1, device=None) -> BlockMask:
+          block_size: BlockSize = 128, num_heads: Optional[int] = None, device=None) -> BlockMask:
     """Causal; same stride-segment, or j % stride >= stride - summary (Sparse Transformer, fixed)."""
     pattern_op = ops.pattern_fixed(int_at_least(stride, "stride", 1), int_at_least(summary, "summary", 0))
     return _mask(pattern_op, seq_len, seq_len_k, block_size, num_heads, device)
@@ -111,7 +112,7 @@ def fixed(seq_len: int, seq_len_k: Optional[int] = None, *, stride: int, summary
 
 def dilated(seq_len: int, seq_len_k: Optional[int] = None, *, segments: Sequence[int],
             rates: Sequence[int], causal: bool = False, block_size: BlockSize = 128,
-            num_heads: int = 1, device=None) -> BlockMask:
+            num_heads: Optional[int] = None, device=None) -> BlockMask:
     """Union over branches k of: same segments[k]-segment and p % r == j % r == h % r, r = rates[k].
 
     With a rate > 1 the pattern reads the head index: pass the query head count as ``num_heads``.
@@ -123,7 +124,7 @@ def dilated(seq_len: int, seq_len_k: Optional[int] = None, *, segments: Sequence
 
 def bigbird(seq_len: int, seq_len_k: Optional[int] = None, *, window_blocks: int = 3,
             global_blocks: int = 1, random_blocks: int = 3, seed: int = 0, causal: bool = False,
-            block_size: BlockSize = 128, num_heads: int = 1, device=None) -> BlockMask:
+            block_size: BlockSize = 128, num_heads: Optional[int] = None, device=None) -> BlockMask:
     """BigBird over key blocks of the key block size: a window of ``window_blocks``, the first and
     last ``global_blocks`` blocks as global rows and columns, and ``random_blocks`` seeded random
     blocks per row."""
@@ -139,7 +140,7 @@ def bigbird(seq_len: int, seq_len_k: Optional[int] = None, *, window_blocks: int
 
 def longformer(seq_len: int, seq_len_k: Optional[int] = None, *, window: int,
                global_tokens: Sequence[int] = (), causal: bool = False, block_size: BlockSize = 128,
-               num_heads: int = 1, device=None) -> BlockMask:
+               num_heads: Optional[int] = None, device=None) -> BlockMask:
     """|p - j| <= window // 2, or j or p among ``global_tokens``."""
     return _mask(ops.pattern_longformer(int_at_least(window, "window", 0),
                                         _int_list(global_tokens, "global_tokens", 0), bool(causal)),

@@ -38,10 +38,29 @@ def test_to_moves_every_array_and_keeps_the_pattern():
     mask = patterns.bigbird(300, random_blocks=2, block_size=32)
     moved = mask.to("meta")
     assert moved.device.type == "meta"
-    for name in ("row_offsets", "kv_indices", "kv_full", "table_i32", "table_i64"):
+    for name in ("packed", "row_offsets", "kv_indices", "kv_full"):
         assert getattr(moved, name).device.type == "meta"
     assert moved.pattern == mask.pattern
+    assert (moved.num_heads, moved.num_blocks) == (mask.num_heads, mask.num_blocks)
     assert mask.to("cpu") is mask
+    # A mask used on another device is moved once and kept with the mask.
+    assert mask._on(torch.device("meta")) is mask._on(torch.device("meta"))
+
+
+def test_arrays_are_views_of_the_one_packed_tensor():
+    built = patterns.dilated(300, segments=[64, 128], rates=[2, 4], num_heads=4, block_size=(32, 16))
+    mask = spattn.BlockMask(built.q_len, built.k_len, built.block_size, built.row_offsets.clone(),
+                            built.kv_indices.clone(), built.kv_full.clone(), built.pattern, built.head_dependent)
+    for m in (built, mask):
+        assert m.row_offsets.dtype == torch.int64 and m.kv_indices.dtype == torch.int32
+        assert m.kv_full.dtype == torch.uint8
+        assert m.row_offsets.data_ptr() == m.packed.data_ptr() + 8 * 10  # after the header's ten words
+    assert torch.equal(mask.row_offsets, built.row_offsets)
+    assert torch.equal(mask.kv_indices, built.kv_indices)
+    assert torch.equal(mask.kv_full, built.kv_full)
+    assert torch.equal(mask.packed, built.packed)
+    assert mask.num_heads == 4 and mask.density == built.density
+    assert torch.equal(mask.to_dense(), built.to_dense())
 
 
 def test_union_intersection_and_per_head():

@@ -74,8 +74,10 @@ def test_library_errors_become_value_errors(qkv):
     mask = patterns.causal(64, block_size=16)
     with pytest.raises(ValueError, match="backend 'cuda' needs CUDA tensors"):
         spattn.attention(q, k, v, mask, backend="cuda")
-    # Arrays tampered with after building: the C++ validation names them.
-    mask.kv_indices = mask.kv_indices.flip(0)
+    spattn.attention(q, k, v, mask)
+    # Arrays tampered with in place after a call: the changed mask is decoded
+    # again, and the C++ validation names them.
+    mask.kv_indices.copy_(mask.kv_indices.flip(0))
     with pytest.raises(ValueError, match="kv_indices of row .* must be sorted and unique"):
         spattn.attention(q, k, v, mask)
 

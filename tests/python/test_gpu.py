@@ -1,7 +1,8 @@
 """CUDA tensors (marker gpu; skipped without a CUDA device or a CUDA build).
 
 The CUDA kernel against the float64 reference (bf16 and fp16, several
-patterns, GQA, (B, L, H, D) views, Lq != Lk), CUDA graph capture and replay,
+patterns, GQA, (B, L, H, D) views, Lq != Lk), CUDA graph capture and replay
+(with a mask and without), no host synchronisation in repeated calls,
 torch.compile, and the errors of the CUDA backend.
 """
 import pytest
@@ -70,6 +71,37 @@ def test_cuda_graph_capture_and_replay(rng):
         torch.testing.assert_close(captured, spattn.attention(q, k, v, mask), rtol=0, atol=0)
 
 
+def test_dense_call_without_a_mask_is_captured_in_a_cuda_graph(rng):
+    q, k, v = (randn(rng, 2, 4, 300, 64, dtype=torch.bfloat16, device="cuda") for _ in range(3))
+    spattn.attention(q, k, v)  # the shape's first call: the dense mask and its plan are made here
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = spattn.attention(q, k, v)
+    q.copy_(randn(rng, 2, 4, 300, 64, dtype=torch.bfloat16, device="cuda"))
+    graph.replay()
+    torch.cuda.synchronize()
+    expected = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double())
+    error = (captured.double() - expected).norm() / expected.norm()
+    assert error.item() < TOLERANCE[torch.bfloat16]
+
+
+def test_repeated_calls_make_no_host_synchronisation(rng):
+    mask = patterns.streaming(1024, sink=64, window=256, block_size=64, device="cuda")
+    q, k, v = (randn(rng, 1, 4, 1024, 64, dtype=torch.bfloat16, device="cuda") for _ in range(3))
+    calls = (lambda: spattn.attention(q, k, v, mask), lambda: spattn.attention(q, k, v),
+             lambda: spattn.dynamic_attention(q, k, v, topk=4, block_size=128, causal=True))
+    for call in calls:
+        call()  # the first call of each makes what later calls find
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for call in calls:
+            call()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+
+
 @pytest.mark.filterwarnings("ignore:The CUDA Graph is empty:UserWarning")
 def test_first_use_inside_a_capture_is_an_error(rng):
     mask = patterns.causal(256, block_size=64, device="cuda")
@@ -93,8 +125,10 @@ def test_cuda_errors(rng):
     q = randn(rng, 1, 2, 128, 64, dtype=torch.bfloat16, device="cuda")
     with pytest.raises(ValueError, match="needs CPU tensors"):
         spattn.attention(q, q, q, mask, backend="cpu")
-    with pytest.raises(ValueError, match="mask is on cpu"):
-        spattn.attention(q, q, q, mask.to("cpu"))
+    # A mask on the CPU is moved to q's device once and kept with the mask.
+    on_cpu = patterns.causal(128, block_size=64)
+    torch.testing.assert_close(spattn.attention(q, q, q, on_cpu), spattn.attention(q, q, q, mask))
+    assert on_cpu._on(q.device) is on_cpu._on(q.device)
     odd = randn(rng, 1, 2, 128, 48, dtype=torch.bfloat16, device="cuda")
     with pytest.raises(ValueError, match="head"):
         spattn.attention(odd, odd, odd, mask)

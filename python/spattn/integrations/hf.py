@@ -96,10 +96,8 @@ def _check_spec(spec) -> None:
 def _mask_from_json(spec_json: str, q_len: int, k_len: int, num_heads: int, device: str) -> BlockMask:
     spec = json.loads(spec_json)
     builder = getattr(patterns, spec.pop("pattern"))
-    mask = builder(q_len, k_len, device=device, **spec)
-    if mask.head_dependent and mask.num_heads != num_heads:
-        mask = builder(q_len, k_len, device=device, num_heads=num_heads, **spec)
-    return mask
+    spec.setdefault("num_heads", num_heads)  # read only by patterns that depend on the head
+    return builder(q_len, k_len, device=device, **spec)
 
 
 @lru_cache(maxsize=64)

@@ -15,7 +15,7 @@
 namespace spattn::cuda_detail {
 
 // The pool of the current device (created here on first use; do that outside
-// graph capture, e.g. through cuda_prepare_mask).
+// graph capture: making a plan does, cuda_plan.cpp).
 cudaMemPool_t scratch_pool();
 
 // `bytes` of scratch usable by work queued on `stream` after this call (null

@@ -5,7 +5,7 @@
 // copies the tables to the current device, once per distinct host table, and
 // then the expressions with every pointer rewritten to its device copy. The
 // copies are queued on a stream; the memory lives as long as the object. Used
-// by the mask's device copy (device_plan.cpp) and the device mask builder
+// by the mask's device copy (device_mask_copy.cpp) and the device mask builder
 // (device_mask_build.cu).
 #pragma once
 

@@ -8,6 +8,10 @@
 #include "spattn/error.hpp"
 #include "tensor_checks.hpp"
 
+#if defined(SPATTN_WITH_CUDA)
+#include "spattn/cuda.hpp"
+#endif
+
 namespace spattn {
 
 void validate_attention_backward(const TensorView& q, const TensorView& k, const TensorView& v,
@@ -45,8 +49,10 @@ void attention_backward(const TensorView& q, const TensorView& k, const TensorVi
       return;
     case Backend::Cpu: cpu_attention_backward(q, k, v, out, lse, d_out, grads, mask, scale, d_lse); return;
     case Backend::Cuda:
-      fail("attention_backward: the CUDA backend has no backward pass yet; run it on host tensors "
-           "(backend reference or cpu)");
+#if defined(SPATTN_WITH_CUDA)
+      cuda_attention_backward(q, k, v, out, lse, d_out, grads, mask, scale, d_lse);
+      return;
+#endif
     case Backend::Auto: break;
   }
   fail("backend '", backend_name(options.backend), "' has no implementation");

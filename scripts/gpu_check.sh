@@ -3,7 +3,8 @@
 # one go: configure and build (library, GPU tests, benchmark driver), run the
 # GPU test suite (ctest -L gpu, the library choosing the kernel; then the
 # attention suite with the sm80 kernel forced), compute-sanitizer memcheck and
-# racecheck on small problems (plus synccheck on the sm90 kernel), the Python
+# racecheck on small problems of the forward and backward kernels (plus
+# synccheck on the sm90 kernel), the Python
 # package's tests (pytest, marker gpu included), then the benchmarks (both
 # fused kernels alone, then next to their peers). Results go
 # to $OUT (default ./gpu_check_out): the JSON results and all logs packed in
@@ -79,7 +80,7 @@ fi
 
 if want sanitize; then
   for tool in memcheck racecheck; do
-    for suite in gpu_test_attention gpu_test_varlen; do
+    for suite in gpu_test_attention gpu_test_varlen gpu_test_backward; do
       step "sanitizer $tool $suite" "sanitizer_${tool}_$suite.log" compute-sanitizer --tool "$tool" \
         --error-exitcode 1 "$BUILD/tests/$suite" --gtest_filter='GpuSanitizerSmall.*'
       grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$LOG/sanitizer_${tool}_$suite.log" | tail -n 3

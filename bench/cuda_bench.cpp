@@ -6,6 +6,7 @@
 //                     [--q-len N] [--kv-heads N]
 //                     [--block 128] [--kernel fused|sm80|sm90|naive] [--repeats 20] [--dump-dir DIR]
 //                     [--varlen N] [--rest-ms 500] [--warmup-ms 0] [--timed-ms 0]
+//                     [--pass forward|backward]
 //
 // Cases (bottom-right aligned, Lq = Lk = seq unless --q-len N takes the last
 // N positions as queries, as a decoding step or a chunk of a prefill over
@@ -53,6 +54,15 @@
 // with --warmup-ms 25 --timed-ms 100, triton do_bench's defaults, and gives
 // the peers the same rest before each do_bench.
 // Effective TFLOP/s = 4 * kept_pairs * head_dim / time.
+//
+// --pass backward times the backward pass instead (cuda/bwd_sm80/): per case
+// the forward runs once for its output and LSE, the backward plan is built
+// and uploaded once ("plan_ms", host work plus copies), then each timed call
+// is the whole backward on the plan (the delta kernel, the dK/dV and the dQ
+// kernels) from a random output gradient, as the forward calls are timed.
+// Effective TFLOP/s = 2.5 * 4 * kept_pairs * head_dim / time (the peer
+// tables' convention). --kernel and --varlen do not apply; the JSON rows say
+// "pass": "backward" and "kernel": "bwd_sm80".
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -68,6 +78,7 @@
 
 #include "bench_common.hpp"
 #include "bench_fill.hpp"
+#include "cuda/bwd_sm80/bwd_sm80.hpp"
 #include "spattn/cuda.hpp"
 #include "spattn/spattn.hpp"
 
@@ -81,6 +92,7 @@ struct Options {
   double rest_ms = 500, warmup_ms = 0, timed_ms = 0;
   DType dtype = DType::BF16;
   std::string kernel = "fused";
+  std::string pass = "forward";
   std::string dump_dir;
 };
 
@@ -102,6 +114,7 @@ Options parse(int argc, char** argv) {
     else if (flag == "--repeats") o.repeats = std::stoll(value);
     else if (flag == "--dtype") o.dtype = parse_dtype(value, "--dtype");
     else if (flag == "--kernel") o.kernel = value;
+    else if (flag == "--pass") o.pass = value;
     else if (flag == "--dump-dir") o.dump_dir = value;
     else if (flag == "--varlen") o.varlen = std::stoll(value);
     else if (flag == "--rest-ms") o.rest_ms = std::stod(value);
@@ -123,6 +136,9 @@ Options parse(int argc, char** argv) {
   require(o.repeats >= 1, "--repeats must be >= 1, got ", o.repeats);
   require(o.kernel == "fused" || o.kernel == "sm80" || o.kernel == "sm90" || o.kernel == "naive",
           "--kernel must be fused, sm80, sm90 or naive, got '", o.kernel, "'");
+  require(o.pass == "forward" || o.pass == "backward", "--pass must be forward or backward, got '", o.pass, "'");
+  require(o.pass == "forward" || (o.varlen == 0 && o.kernel != "naive"),
+          "--pass backward takes a regular batch and a fused kernel (no --varlen, no --kernel naive)");
   return o;
 }
 
@@ -214,6 +230,81 @@ const char* kernel_name(bool naive, bool sm90) {
   return sm90 ? "sm90" : "sm80";
 }
 
+// Median, fastest and the host's median share of calls of `call`, timed
+// after the rest, the untimed call and the warm-up of the options.
+struct Timing {
+  double median_ms = 0, min_ms = 0, host_ms = 0;
+  size_t calls = 0;
+};
+
+template <typename Call>
+Timing time_calls(const Options& o, EventTimer& timer, const Call& call) {
+  check(cudaDeviceSynchronize(), "rest");
+  std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o.rest_ms));
+  call();  // uploads the naive kernel's mask, loads the module
+  check(cudaDeviceSynchronize(), "warm-up");
+  for (const auto w0 = std::chrono::steady_clock::now();
+       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - w0).count() < o.warmup_ms;) {
+    call();
+    check(cudaDeviceSynchronize(), "warm-up");
+  }
+  std::vector<float> times;
+  std::vector<double> host_times;  // the host's share of each timed call: checks, plan lookups, launches
+  double timed_total = 0;
+  while (static_cast<int64_t>(times.size()) < o.repeats || timed_total < o.timed_ms) {
+    times.push_back(timer.time_ms(nullptr, [&] {
+      const auto h0 = std::chrono::steady_clock::now();
+      call();
+      host_times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - h0).count());
+    }));
+    timed_total += times.back();
+  }
+  std::sort(times.begin(), times.end());
+  std::sort(host_times.begin(), host_times.end());
+  return Timing{times[times.size() / 2], times.front(), host_times[host_times.size() / 2], times.size()};
+}
+
+// The tensors of the backward pass beside q, k, v, out and lse.
+struct BackwardTensors {
+  TensorView d_out, dq, dk, dv;
+};
+
+// The backward pass of one case (--pass backward): the forward once, the
+// plan once, then run_backward timed; prints the case's JSON row.
+void time_backward(const Options& o, const std::string& name, const BlockMask& mask, const TensorView& tq,
+                   const TensorView& tk, const TensorView& tv, const TensorView& to, const TensorView& tl,
+                   const BackwardTensors& g, double scale, int64_t kept, double density, double build_ms,
+                   EventTimer& timer) {
+  cuda_attention(tq, tk, tv, to, mask, scale, &tl);  // the output and LSE the backward reads
+  // The call's plan with its backward lists, made before the timing.
+  const auto t1 = std::chrono::steady_clock::now();
+  PlanOptions plan_options;
+  plan_options.device = cuda_pointer_device(tq.data);
+  plan_options.backward = true;
+  const Plan plan = make_plan(mask, call_shape(tq, tk), plan_options);
+  const double plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();
+  const AttentionGrads grads{g.dq, g.dk, g.dv};
+  AttentionOptions options;
+  options.scale = scale;
+  const Timing t =
+      time_calls(o, timer, [&] { attention_backward(tq, tk, tv, to, tl, g.d_out, grads, plan, options); });
+  const double D = static_cast<double>(o.head_dim);
+  const double tflops = 2.5 * 4.0 * static_cast<double>(kept) * D / (t.median_ms * 1e-3) / 1e12;
+  std::printf(
+      "{\"case\": \"%s\", \"pass\": \"backward\", \"kernel\": \"bwd_sm80\", \"batch\": %lld, \"heads\": %lld, "
+      "\"kv_heads\": %lld, \"seq\": %lld, \"q_len\": %lld, \"head_dim\": %lld, \"dtype\": \"%s\", \"block\": %lld, "
+      "\"kept_pairs\": %lld, \"density\": %.6f, \"time_ms\": %.4f, \"min_ms\": %.4f, \"host_ms\": %.4f, "
+      "\"tflops\": %.2f, \"mask_build_ms\": %.2f, \"plan_ms\": %.2f, \"blocks\": %lld, \"full_blocks\": %lld, "
+      "\"rest_ms\": %.0f, \"warmup_ms\": %.0f, \"timed_calls\": %zu}\n",
+      name.c_str(), static_cast<long long>(tq.batch()), static_cast<long long>(tq.heads()),
+      static_cast<long long>(tk.heads()), static_cast<long long>(tk.seq_len()), static_cast<long long>(tq.seq_len()),
+      static_cast<long long>(o.head_dim), dtype_name(o.dtype), static_cast<long long>(o.block),
+      static_cast<long long>(kept), density, t.median_ms, t.min_ms, t.host_ms, tflops, build_ms, plan_ms,
+      static_cast<long long>(mask.num_blocks()), static_cast<long long>(mask.num_full_blocks()), o.rest_ms,
+      o.warmup_ms, t.calls);
+  std::fflush(stdout);
+}
+
 void run(const Options& o) {
   const std::vector<int64_t> lengths = o.varlen > 0 ? varlen_lengths(o) : std::vector<int64_t>{};
   std::vector<int32_t> cu_host = {0};
@@ -243,6 +334,12 @@ void run(const Options& o) {
   batch.max_seqlen_q = batch.max_seqlen_k = o.seq;
   const TensorView tl = make_lse(static_cast<float*>(lse.get()), B, H, Lq);
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  // The backward pass's output gradient (random) and gradients.
+  const bool backward = o.pass == "backward";
+  const int64_t n_g = backward ? 1 : 0;
+  DeviceBuffer d_out(n_g * n_q * 2), dq(n_g * n_q * 2), dk(n_g * n_kv * 2), dv(n_g * n_kv * 2);
+  if (backward) fill_random(d_out.get(), n_q, bf16, 4);
+  const BackwardTensors grads{view(d_out, H, Lq), view(dq, H, Lq), view(dk, Hkv, L), view(dv, Hkv, L)};
   const bool naive = o.kernel == "naive";
   if (o.kernel == "sm80") cuda_set_kernel(CudaKernel::Sm80);
   if (o.kernel == "sm90") cuda_set_kernel(CudaKernel::Sm90);
@@ -264,6 +361,10 @@ void run(const Options& o) {
     }
     if (o.varlen == 0) kept = mask.kept_pairs(H) * B;
     const double density = o.varlen > 0 ? static_cast<double>(kept) / static_cast<double>(pairs) : mask.density(H);
+    if (backward) {
+      time_backward(o, name, mask, tq, tk, tv, to, tl, grads, scale, kept, density, build_ms, timer);
+      continue;
+    }
     // The call's plan (kernel, tile, splits, uploads): host work plus copies.
     const auto t1 = std::chrono::steady_clock::now();
     PlanOptions plan_options;
@@ -283,32 +384,11 @@ void run(const Options& o) {
       else
         attention(tq, tk, tv, to, plan, options, &tl);
     };
-    check(cudaDeviceSynchronize(), "rest");
-    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o.rest_ms));
-    call();  // uploads the naive kernel's mask, loads the module
-    check(cudaDeviceSynchronize(), "warm-up");
-    for (const auto w0 = std::chrono::steady_clock::now();
-         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - w0).count() < o.warmup_ms;) {
-      call();
-      check(cudaDeviceSynchronize(), "warm-up");
-    }
-    std::vector<float> times;
-    std::vector<double> host_times;  // the host's share of each timed call: checks, plan lookups, launches
-    double timed_total = 0;
-    while (static_cast<int64_t>(times.size()) < o.repeats || timed_total < o.timed_ms) {
-      times.push_back(timer.time_ms(nullptr, [&] {
-        const auto h0 = std::chrono::steady_clock::now();
-        call();
-        host_times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - h0).count());
-      }));
-      timed_total += times.back();
-    }
-    std::sort(times.begin(), times.end());
-    std::sort(host_times.begin(), host_times.end());
-    const double median_ms = times[times.size() / 2];
+    const Timing t = time_calls(o, timer, call);
+    const double median_ms = t.median_ms;
     const double tflops = 4.0 * static_cast<double>(kept) * static_cast<double>(D) / (median_ms * 1e-3) / 1e12;
     std::printf(
-        "{\"case\": \"%s\", \"kernel\": \"%s\", \"batch\": %lld, \"heads\": %lld, \"kv_heads\": %lld, "
+        "{\"case\": \"%s\", \"pass\": \"forward\", \"kernel\": \"%s\", \"batch\": %lld, \"heads\": %lld, \"kv_heads\": %lld, "
         "\"seq\": %lld, \"q_len\": %lld, \"head_dim\": %lld, "
         "\"dtype\": \"%s\", \"block\": %lld, \"kept_pairs\": %lld, \"density\": %.6f, \"time_ms\": %.4f, "
         "\"min_ms\": %.4f, \"host_ms\": %.4f, \"tflops\": %.2f, \"mask_build_ms\": %.2f, \"prepare_ms\": %.2f, \"blocks\": %lld, \"full_blocks\": %lld, "
@@ -316,9 +396,9 @@ void run(const Options& o) {
         name.c_str(), kernel_name(naive, sm90), static_cast<long long>(B),
         static_cast<long long>(H), static_cast<long long>(Hkv),
         static_cast<long long>(L), static_cast<long long>(Lq), static_cast<long long>(D), dtype_name(o.dtype), static_cast<long long>(o.block),
-        static_cast<long long>(kept), density, median_ms, times.front(), host_times[host_times.size() / 2], tflops, build_ms, prepare_ms,
+        static_cast<long long>(kept), density, median_ms, t.min_ms, t.host_ms, tflops, build_ms, prepare_ms,
         static_cast<long long>(mask.num_blocks()), static_cast<long long>(mask.num_full_blocks()),
-        static_cast<long long>(o.varlen), o.rest_ms, o.warmup_ms, times.size());
+        static_cast<long long>(o.varlen), o.rest_ms, o.warmup_ms, t.calls);
     std::fflush(stdout);
   }
 }

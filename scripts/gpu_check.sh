@@ -3,20 +3,23 @@
 # one go: configure and build (library, GPU tests, benchmark driver), run the
 # GPU test suite (ctest -L gpu, the library choosing the kernel; then the
 # attention suite with the sm80 kernel forced), compute-sanitizer memcheck and
-# racecheck on small problems (plus synccheck on the sm90 kernel), the Python
+# racecheck on small problems of the forward and backward kernels (plus
+# synccheck on the sm90 kernel), the Python
 # package's tests (pytest, marker gpu included), then the benchmarks (both
 # fused kernels alone, then next to their peers). Results go
 # to $OUT (default ./gpu_check_out): the JSON results and all logs packed in
 # logs.tgz.
 #
-#   scripts/gpu_check.sh [build] [test] [sanitize] [python] [bench] [seeds] [profile] [peers] [masks]
+#   scripts/gpu_check.sh [build] [test] [sanitize] [python] [bench] [backward] [seeds] [profile] [peers] [masks]
 #   (default: all but profile and masks; masks times mask plans built on the
-#   device against host build + upload, bench/mask_build_bench.cpp)
+#   device against host build + upload, bench/mask_build_bench.cpp; backward
+#   times the backward pass, spattn_cuda_bench --pass backward)
 #
 # Environment: BUILD (build dir, default build-gpu), CUDA_ARCHS (default 90),
 # HEAD_DIMS (SPATTN_CUDA_HEAD_DIMS of the build, default all),
-# CASES (benchmark cases of the bench stage, default all), HEAD_DIM (of the
-# bench and peers stages, default 128), PEERS_BLOCK (mask blocks of the peers
+# CASES (benchmark cases of the bench stage, default all), BWD_CASES (of the
+# backward stage, default dense,causal,window,streaming,random,bigbird),
+# HEAD_DIM (of the bench, backward and peers stages, default 128), PEERS_BLOCK (mask blocks of the peers
 # stage, default 128), PROFILE_CASE (of the profile stage, default dense),
 # PROFILE_SKIP (kernel launches of that case skipped before the profiled one,
 # default 1: a dilated case's launches are rest pass, permuted pass, ...),
@@ -38,7 +41,7 @@ pack() {  # few files come back from the GPU machine: results plus one archive
 }
 trap pack EXIT
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(build test sanitize python bench peers seeds)
+[ ${#stages[@]} -eq 0 ] && stages=(build test sanitize python bench backward peers seeds)
 want() { [[ " ${stages[*]} " == *" $1 "* ]]; }
 status=0
 step() {  # step NAME LOG CMD...: runs CMD, logs it, records failure
@@ -79,7 +82,7 @@ fi
 
 if want sanitize; then
   for tool in memcheck racecheck; do
-    for suite in gpu_test_attention gpu_test_varlen; do
+    for suite in gpu_test_attention gpu_test_varlen gpu_test_backward; do
       step "sanitizer $tool $suite" "sanitizer_${tool}_$suite.log" compute-sanitizer --tool "$tool" \
         --error-exitcode 1 "$BUILD/tests/$suite" --gtest_filter='GpuSanitizerSmall.*'
       grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$LOG/sanitizer_${tool}_$suite.log" | tail -n 3
@@ -132,6 +135,26 @@ for r in rows:
           f"mask {r['mask_build_ms']:.1f} ms, plan+upload {r.get('prepare_ms', float('nan')):.1f} ms")
 PY
     done
+  done
+fi
+
+if want backward; then
+  # The backward pass on a plan built once (delta, dK/dV and dQ kernels),
+  # each case timed as the forward ones; TFLOP/s = 2.5 x 4 x kept pairs x D / time.
+  for shape in $(echo "${SHAPES:-32768x16,131072x8}" | tr , ' '); do
+    seq=${shape%x*}; heads=${shape#*x}
+    step "backward $shape" "bwd_${shape}.jsonl" "$BUILD/bench/spattn_cuda_bench" --pass backward \
+      --cases "${BWD_CASES:-dense,causal,window,streaming,random,bigbird}" \
+      --seq "$seq" --heads "$heads" --head-dim "${HEAD_DIM:-128}" --warmup-ms 25 --timed-ms 100
+    python3 - "$LOG/bwd_${shape}.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+dense = next((r["time_ms"] for r in rows if r["case"] == "dense"), None)
+for r in rows:
+    ratio = r["time_ms"] / (r["density"] * dense) if dense else float("nan")
+    print(f"{r['seq']:>7} {r['heads']:>3} {r['case']:>10} backward density {r['density']:.4f} "
+          f"{r['time_ms']:9.3f} ms {r['tflops']:6.1f} TFLOP/s  vs d*dense {ratio:.2f}  plan {r['plan_ms']:.1f} ms")
+PY
   done
 fi
 

@@ -10,6 +10,10 @@
 #include "spattn/error.hpp"
 #include "tensor_checks.hpp"
 
+#if defined(SPATTN_WITH_CUDA)
+#include "cuda/cuda_launch.hpp"
+#endif
+
 namespace spattn {
 
 void validate_attention_backward(const TensorView& q, const TensorView& k, const TensorView& v,
@@ -37,7 +41,7 @@ namespace {
 // A call validated against plan.mask(), on the plan's backend.
 void run_backward_plan(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                        const TensorView& lse, const TensorView& d_out, const AttentionGrads& grads, const Plan& plan,
-                       double scale, const TensorView* d_lse) {
+                       double scale, const TensorView* d_lse, void* stream) {
   const detail::PlanState& state = plan.state();
   switch (state.backend) {
     case Backend::Reference:
@@ -49,10 +53,13 @@ void run_backward_plan(const TensorView& q, const TensorView& k, const TensorVie
       cpu_backward::run_backward(q, k, v, out, lse, d_out, grads, plan.mask(), *state.key_major, scale, d_lse);
       return;
     case Backend::Cuda:
-      fail("attention_backward: the CUDA backend has no backward pass yet; run it on host tensors "
-           "(backend reference or cpu)");
+#if defined(SPATTN_WITH_CUDA)
+      cuda_detail::launch_backward_plan(q, k, v, out, lse, d_out, grads, *state.cuda, scale, d_lse, stream);
+      return;
+#endif
     case Backend::Auto: break;
   }
+  (void)stream;
   fail("backend '", backend_name(state.backend), "' has no implementation");
 }
 
@@ -67,7 +74,8 @@ void attention_backward(const TensorView& q, const TensorView& k, const TensorVi
           plan.shape().describe(), ")");
   require(options.backend == Backend::Auto || options.backend == plan.backend(), "the options ask for backend '",
           backend_name(options.backend), "' but the plan is for backend '", backend_name(plan.backend()), "'");
-  run_backward_plan(q, k, v, out, lse, d_out, grads, plan, resolve_scale(options, q.head_dim()), d_lse);
+  run_backward_plan(q, k, v, out, lse, d_out, grads, plan, resolve_scale(options, q.head_dim()), d_lse,
+                    options.stream);
 }
 
 void attention_backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
@@ -80,7 +88,7 @@ void attention_backward(const TensorView& q, const TensorView& k, const TensorVi
   if (requested == Backend::Auto && q.dtype == DType::F64 && detail::tensor_device(q.data) < 0)
     requested = Backend::Reference;
   const Plan plan = detail::cached_plan(mask, call_shape(q, k), requested, q.data, true, options.stream);
-  run_backward_plan(q, k, v, out, lse, d_out, grads, plan, scale, d_lse);
+  run_backward_plan(q, k, v, out, lse, d_out, grads, plan, scale, d_lse, options.stream);
 }
 
 }  // namespace spattn

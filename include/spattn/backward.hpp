@@ -15,11 +15,13 @@
 // are overwritten (any dtype, shapes of q, k and v); the result does not
 // depend on the thread count.
 //
-// Backends: Reference (fp64 accumulation, the oracle) and Cpu (fp32
+// Backends: Reference (fp64 accumulation, the oracle), Cpu (fp32
 // accumulation over the mask's blocks: one pass over key blocks for dk and dv
-// through the key-major lists of the mask, one over query blocks for dq).
-// Auto picks Cpu for host tensors, Reference for fp64 ones. The CUDA backend
-// has no backward pass yet: asking for it is an error.
+// through the key-major lists of the mask, one over query blocks for dq) and
+// Cuda (cuda_attention_backward in spattn/cuda.hpp: the same two passes as
+// tensor-core kernels on 64 x 64 tiles, fp32 accumulation, deterministic;
+// device tensors, fp16 or bf16). Auto picks Cuda for device tensors, Cpu for
+// host tensors, Reference for fp64 ones.
 #pragma once
 
 #include "spattn/attention.hpp"

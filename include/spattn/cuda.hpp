@@ -14,6 +14,7 @@
 #include <memory>
 
 #include "spattn/attention.hpp"
+#include "spattn/backward.hpp"
 #include "spattn/block_mask.hpp"
 #include "spattn/select.hpp"
 #include "spattn/tensor.hpp"
@@ -62,6 +63,29 @@ BlockMask cuda_build_mask(const Pattern& pattern, const MaskShape& shape, void* 
 void cuda_attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                     const BlockMask& mask, double scale, const TensorView* lse = nullptr,
                     void* stream = nullptr);
+
+// The backward pass of cuda_attention (spattn/backward.hpp has the formulas
+// and the semantics): dq, dk and dv, overwritten, from the forward's q, k, v,
+// out and lse (fp32, natural log, -inf for rows without an allowed key), the
+// output gradient d_out and, optionally, the LSE gradient d_lse (fp32, the
+// shape of lse). q, k, v and d_out fp16 or bf16 (one type); out in that type
+// or fp32; the three gradients all in that type or all fp32. Head dims 64
+// and 128 (SPATTN_CUDA_HEAD_DIMS selects what is compiled). Mask blocks
+// multiples of 64 or powers of two (16 and 32 run as 64 x 64 tiles with
+// sub-block bits), every pattern, per-head masks, GQA, Lq != Lk. Layouts:
+// unit stride along D; q, k, v and d_out with 16-byte aligned bases and
+// strides (multiples of 8 elements), out and the gradients 2-element
+// aligned. Deterministic by construction: no atomics, every sum taken in a
+// fixed order, so the same call gives bitwise the same gradients.
+// The plan of the call's shape with its backward lists (the mask's lists at
+// 64 x 64 tiles, query-major and key-major) comes from the mask's cache,
+// made on the shape's first backward call; later calls only queue the
+// kernels on `stream` (row scratch is stream-ordered), so they can be
+// captured in a CUDA graph.
+void cuda_attention_backward(const TensorView& q, const TensorView& k, const TensorView& v,
+                             const TensorView& out, const TensorView& lse, const TensorView& d_out,
+                             const AttentionGrads& grads, const BlockMask& mask, double scale,
+                             const TensorView* d_lse = nullptr, void* stream = nullptr);
 
 // The fused kernel over a packed batch of variable-length sequences
 // (attention_varlen in spattn/attention.hpp): cu_seqlens in device memory,

@@ -5,6 +5,7 @@
 
 #include "cuda/plan/cuda_plan.hpp"
 #include "spattn/attention.hpp"
+#include "spattn/backward.hpp"
 
 namespace spattn::cuda_detail {
 
@@ -18,5 +19,13 @@ void launch_plan(const TensorView& q, const TensorView& k, const TensorView& v, 
 void launch_varlen_plan(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                         const VarlenBatch& batch, const CudaPlan& plan, double scale, const TensorView* lse,
                         void* stream);
+
+// The backward pass of a call validated against the plan's mask and shape
+// (a plan made with PlanOptions::backward): the kernels' checks, then the
+// delta, dK/dV and dQ kernels queued on `stream` (row scratch from the
+// stream-ordered pool; no synchronisation).
+void launch_backward_plan(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                          const TensorView& lse, const TensorView& d_out, const AttentionGrads& grads,
+                          const CudaPlan& plan, double scale, const TensorView* d_lse, void* stream);
 
 }  // namespace spattn::cuda_detail

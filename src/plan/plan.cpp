@@ -107,7 +107,7 @@ std::shared_ptr<const PlanState> make_plan_state(const BlockMask& mask, const Ca
       break;
     case Backend::Cuda:
 #if defined(SPATTN_WITH_CUDA)
-      state->cuda = cuda_detail::make_cuda_plan(mask, shape, options.device, options.stream);
+      state->cuda = cuda_detail::make_cuda_plan(mask, shape, options.device, options.stream, options.backward);
       state->description = cuda_detail::describe(*state->cuda);
       break;
 #else

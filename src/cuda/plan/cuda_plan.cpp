@@ -206,7 +206,7 @@ FwdParams permuted_params(const CudaPlan& plan, const FwdParams& call, const Fwd
 }
 
 std::shared_ptr<const CudaPlan> make_cuda_plan(const BlockMask& mask, const CallShape& shape, int device,
-                                               void* stream) {
+                                               void* stream, bool backward) {
   require(device >= 0, "CUDA backend: a plan needs a device, got device ", device);
   const DeviceScope scope(device);
   const auto s = static_cast<cudaStream_t>(stream);
@@ -266,6 +266,10 @@ std::shared_ptr<const CudaPlan> make_cuda_plan(const BlockMask& mask, const Call
     add_pass(*plan, perm, false, split->permuted, plan->masks.back()->view(), permuted_plan,
              permuted_exclusion(*split, call.q_len, call.k_len, runs), shape.dtype, s);
   }
+  if (backward) {
+    check_backward_mask(mask);
+    plan->backward = std::make_unique<const BackwardPlan>(make_backward_plan(mask, s));
+  }
   check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize after making the plan");
   return plan;
 }
@@ -280,6 +284,7 @@ std::string describe(const CudaPlan& plan) {
   const DeviceTilePlanView& first = plan.passes.front().plan;
   s << ", " << first.num_items << " items, " << first.num_split_rows << " split rows";
   if (plan.passes.front().keep_bits.words != nullptr) s << ", keep-bits table";
+  if (plan.backward) s << ", backward lists";
   return s.str();
 }
 

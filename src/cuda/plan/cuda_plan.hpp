@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/bwd_sm80/bwd_plan.hpp"
 #include "cuda/common/device_buffer.hpp"
 #include "cuda/common/fwd_params.hpp"
 #include "cuda/plan/device_mask_copy.hpp"
@@ -59,14 +60,17 @@ struct CudaPlan {
   PermutedPass permuted;           // where passes has two
   std::vector<std::shared_ptr<const DeviceMaskCopy>> masks;  // the device masks the passes read
   std::vector<DevicePtr> arrays;                             // every table made for the plan
+  // The backward pass's lists on the device (PlanOptions::backward); null without.
+  std::unique_ptr<const BackwardPlan> backward;
 };
 
 // The plan of calls of `shape` (validated against `mask`) on CUDA device
-// `device`, its tables uploaded through `stream` (a cudaStream_t) before it
-// returns. Throws spattn::Error if the stream is capturing a graph (a plan
-// must be made before the capture) or no kernel runs the call.
+// `device`, with the backward pass's lists where `backward`, its tables
+// uploaded through `stream` (a cudaStream_t) before it returns. Throws
+// spattn::Error if the stream is capturing a graph (a plan must be made
+// before the capture) or no kernel runs the call.
 std::shared_ptr<const CudaPlan> make_cuda_plan(const BlockMask& mask, const CallShape& shape, int device,
-                                               void* stream);
+                                               void* stream, bool backward);
 
 // One line: kernel, tile, packing, passes, split rows.
 std::string describe(const CudaPlan& plan);

@@ -1,6 +1,6 @@
-// python/csrc/attention_cuda.cpp - the CUDA kernels of the spattn::attention
-// and spattn::attention_varlen operators (compiled when the library is built
-// with CUDA, SPATTN_WITH_CUDA).
+// python/csrc/attention_cuda.cpp - the CUDA kernels of the spattn::attention,
+// spattn::attention_backward and spattn::attention_varlen operators (compiled
+// when the library is built with CUDA, SPATTN_WITH_CUDA).
 //
 // Both find the host BlockMask of the packed mask tensor (mask_registry.hpp:
 // its first use copies the tensor to the host, one synchronisation) and run
@@ -63,6 +63,19 @@ std::tuple<at::Tensor, at::Tensor> attention_cuda(const at::Tensor& q, const at:
   });
 }
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cuda(
+    const at::Tensor& d_out, const at::Tensor& d_lse, const at::Tensor& q, const at::Tensor& k,
+    const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse, const std::optional<at::Tensor>& mask,
+    std::optional<double> scale, c10::string_view backend) {
+  return run_with_value_errors([&] {
+    require_cuda_backend(backend);
+    const c10::cuda::CUDAGuard guard(q.device());
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.device().index()).stream();
+    const std::shared_ptr<const BlockMask> registered = call_mask(mask, q.size(2), k.size(2), q.device(), stream);
+    return attention_gradients(d_out, d_lse, q, k, v, out, lse, *registered, scale, Backend::Cuda, stream);
+  });
+}
+
 std::tuple<at::Tensor, at::Tensor> attention_varlen_cuda(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cu_seqlens_q,
     const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k, const std::optional<at::Tensor>& mask,
@@ -87,5 +100,6 @@ std::tuple<at::Tensor, at::Tensor> attention_varlen_cuda(
 
 TORCH_LIBRARY_IMPL(spattn, CUDA, m) {
   m.impl("attention", &spattn::torch_bridge::attention_cuda);
+  m.impl("attention_backward", &spattn::torch_bridge::attention_backward_cuda);
   m.impl("attention_varlen", &spattn::torch_bridge::attention_varlen_cuda);
 }

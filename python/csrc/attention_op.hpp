@@ -1,6 +1,6 @@
-// python/csrc/attention_op.hpp - one call of the spattn::attention operator,
-// shared by its CPU and CUDA kernels, and the backend choice of the CPU
-// kernels of both attention operators.
+// python/csrc/attention_op.hpp - one call of the spattn::attention operator
+// and of its backward, shared by their CPU and CUDA kernels, and the backend
+// choice of the CPU kernels of the attention operators.
 //
 // AttentionCall views q, k and v, allocates the outputs (out with the strides
 // of q, so a (B, L, H, D) layout stays one; lse (B, Hq, Lq) fp32), handles the
@@ -40,5 +40,13 @@ class AttentionCall {
  private:
   bool empty_ = false;
 };
+
+// The gradients (dq, dk, dv) of one spattn::attention call on `mask` run on
+// `backend` (CUDA work queued on `stream`), given the forward's out and lse
+// and the gradients of both outputs: zeros for an empty call.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_gradients(
+    const at::Tensor& d_out, const at::Tensor& d_lse, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+    const at::Tensor& out, const at::Tensor& lse, const BlockMask& mask, std::optional<double> scale,
+    Backend backend, void* stream);
 
 }  // namespace spattn::torch_bridge

@@ -1,13 +1,13 @@
 """Gradients of the spattn operators (``torch.library.register_autograd``).
 
 ``spattn::attention`` differentiates through ``spattn::attention_backward``
-(the host backends' backward pass, spattn/backward.hpp) with respect to q, k
+(spattn/backward.hpp, on the host and CUDA backends) with respect to q, k
 and v, given the gradients of both outputs; the mask is a constant (for
 ``dynamic_attention`` the selection is not differentiated, as in top-k sparse
-attention generally). The operators without a backward pass yet, the CUDA
-kernels and the varlen operator, raise when a gradient reaches them instead of
-leaving ``.grad`` silently empty; their forward runs as before, so inference
-with tensors that require grad is unaffected.
+attention generally). The operators without a backward pass yet, the varlen
+operator and the fused device ``dynamic_attention``, raise when a gradient
+reaches them instead of leaving ``.grad`` silently empty; their forward runs
+as before, so inference with tensors that require grad is unaffected.
 """
 import torch
 
@@ -21,8 +21,7 @@ class GradientNotImplementedError(NotImplementedError):
 def _no_gradient(what: str):
     raise GradientNotImplementedError(
         f"{what} has no backward pass yet, so gradients cannot flow through it; call it under "
-        "torch.no_grad() (or on tensors that do not require grad), or use spattn.attention on CPU tensors, "
-        "which has one")
+        "torch.no_grad() (or on tensors that do not require grad), or use spattn.attention, which has one")
 
 
 def _attention_setup(ctx, inputs, output):
@@ -34,8 +33,6 @@ def _attention_setup(ctx, inputs, output):
 
 def _attention_backward(ctx, d_out, d_lse):
     q, k, v, out, lse, mask = ctx.saved_tensors
-    if q.is_cuda:
-        _no_gradient("spattn.attention on CUDA tensors")
     if d_out is None:
         d_out = torch.zeros_like(out)
     if d_lse is None:

@@ -1,12 +1,14 @@
-"""Gradients of spattn.attention on CPU tensors, and clear errors where there is no backward pass yet.
+"""Gradients of spattn.attention on CPU and CUDA tensors, and clear errors where there is no backward pass yet.
 
 float64 gradients (the exact reference backward) pass torch.autograd.gradcheck
 against finite differences; the LSE's gradient equals that of float64 logsumexp; float32 and bfloat16
 gradients of the fast CPU backward equal those of float64 SDPA with the
 equivalent boolean mask, for several patterns, GQA, Lq != Lk and (B, L, H, D)
 views; a Hugging Face model trains through attn_implementation="spattn" with
-the gradients of "sdpa". The varlen operator and the CUDA kernels raise
-GradientNotImplementedError when a gradient reaches them.
+the gradients of "sdpa"; on CUDA tensors (bf16, fp16) the gradients equal
+float64 SDPA's, also through torch.compile and after out.sum() (expanded
+gradients). The varlen operator raises GradientNotImplementedError when a
+gradient reaches it.
 """
 import copy
 
@@ -142,8 +144,36 @@ def test_hugging_face_training_step_matches_sdpa():
 
 
 @pytest.mark.gpu
-def test_cuda_gradients_raise_a_clear_error(rng):
-    q, k, v = (randn(rng, 1, 2, 64, 64, dtype=torch.bfloat16, device="cuda").requires_grad_() for _ in range(3))
-    out = spattn.attention(q, k, v)  # the forward runs
-    with pytest.raises(GradientNotImplementedError, match="on CUDA tensors has no backward pass yet"):
-        out.sum().backward()
+@pytest.mark.parametrize("name", PATTERNS)
+@pytest.mark.parametrize("dtype,tol", [(torch.bfloat16, 3e-2), (torch.float16, 5e-3)], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_cuda_gradients_equal_float64_sdpa(name, dtype, tol, head_dim, rng):
+    L = 200
+    build, allowed = PATTERNS[name]
+    q = randn(rng, 2, 4, L, head_dim, dtype=dtype, device="cuda")
+    k, v = (randn(rng, 2, 2, L, head_dim, dtype=dtype, device="cuda") for _ in range(2))
+    d_out = randn(rng, 2, 4, L, head_dim, dtype=dtype, device="cuda")
+    mask = build(L)
+    got = spattn_grads(q, k, v, None if mask is None else mask.to("cuda"), d_out)
+    want = sdpa_grads(q, k, v, allowed(L).to("cuda"), d_out)
+    for name_, g, w in zip(("dq", "dk", "dv"), got, want):
+        error = (g.double() - w).norm() / w.norm()
+        assert error.item() < tol, f"{name_}: relative error {error.item():.2e}"
+
+
+@pytest.mark.gpu
+def test_cuda_gradients_of_a_sum_and_under_compile(rng):
+    q, k, v = (randn(rng, 1, 2, 128, 64, dtype=torch.bfloat16, device="cuda").requires_grad_() for _ in range(3))
+    mask = patterns.causal(128, block_size=64, device="cuda")
+    spattn.attention(q, k, v, mask).sum().backward()  # d_out is an expanded tensor of ones
+    grads = [t.grad.clone() for t in (q, k, v)]
+    want = sdpa_grads(q, k, v, spec.dense(128, 128, causal=True).to("cuda"), torch.ones_like(q))
+    for g, w in zip(grads, want):
+        assert ((g.double() - w).norm() / w.norm()).item() < 3e-2
+    for t in (q, k, v):
+        t.grad = None
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda q, k, v: spattn.attention(q, k, v, mask).sum(), fullgraph=True)
+    compiled(q, k, v).backward()
+    for t, g in zip((q, k, v), grads):
+        torch.testing.assert_close(t.grad, g, rtol=0, atol=0)  # deterministic: the same gradients

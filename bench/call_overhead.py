@@ -29,6 +29,8 @@ import re
 import statistics
 import time
 
+from torch_peers import time_ms
+
 
 def host_us_per_call(fn, calls, rounds):
     """Median over rounds of the host time per call of `calls` back-to-back calls (after a warm-up)."""
@@ -45,23 +47,6 @@ def host_us_per_call(fn, calls, rounds):
         torch.cuda.synchronize()
         per_call.append((time.perf_counter() - start) / calls * 1e6)
     return statistics.median(per_call), min(per_call), max(per_call)
-
-
-def event_ms(fn, repeats=20):
-    import torch
-
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def main():
@@ -113,7 +98,7 @@ def main():
     large = []
     for name, fn in (("spattn, mask=None", lambda: spattn.attention(q, k, v)),
                      ("spattn, dense mask", lambda: spattn.attention(q, k, v, big_dense))):
-        ms = event_ms(fn)
+        ms = time_ms(fn, 20)
         large.append({"measure": "large_call", "case": name, "seq": L, "heads": H, "head_dim": D, "time_ms": ms,
                       "tflops": flops / (ms * 1e-3) / 1e12})
     print(f"\n# one call at {L} tokens, {H} heads, D = {D}, bf16, dense")

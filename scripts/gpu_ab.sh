@@ -7,9 +7,10 @@
 #
 #   scripts/gpu_ab.sh VARIANT_DIR [VARIANT_DIR...]
 #
-# Each VARIANT_DIR holds a variant's src/ and include/ (the rest of the build,
-# bench/ included, is taken from this tree); this tree is the side "new", a
-# variant the side named by its directory. What is timed: SPECS, a
+# Each VARIANT_DIR holds a variant's src/ and include/, and its bench/ where
+# this tree's benchmark does not build against the variant's API (the rest of
+# the build, and bench/ otherwise, is taken from this tree); this tree is the
+# side "new", a variant the side named by its directory. What is timed: SPECS, a
 # space-separated list of HEAD_DIM:HEADS:CASES:KERNEL:SEQ[:FLAGS] (CASES comma
 # separated, KERNEL the --kernel of spattn_cuda_bench, FLAGS more of its flags
 # for this spec alone, comma separated: --q-len,4,--kv-heads,8), or, without SPECS,
@@ -50,6 +51,7 @@ for dir in "$@"; do
   mkdir -p "$work/$side"
   cp -r CMakeLists.txt bench tools python "$work/$side/"
   cp -r "$dir/src" "$dir/include" "$work/$side/"
+  if [ -d "$dir/bench" ]; then rm -rf "$work/$side/bench" && cp -r "$dir/bench" "$work/$side/"; fi
   sides+=("$side") trees+=("$work/$side")
 done
 sides+=(new) trees+=("$PWD")

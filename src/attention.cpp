@@ -92,6 +92,7 @@ void validate_tensors(const TensorView& q, const TensorView& k, const TensorView
   require(k.batch() == q.batch(), "k batch (", k.batch(), ") must equal q batch (", q.batch(), ")");
   require(v.batch() == q.batch(), "v batch (", v.batch(), ") must equal q batch (", q.batch(), ")");
   require(v.heads() == k.heads(), "v heads (", v.heads(), ") must equal k heads (", k.heads(), ")");
+  require(k.heads() > 0, "k heads must be > 0, got 0");
   require(q.heads() % k.heads() == 0, "q heads (", q.heads(), ") must be a multiple of k heads (",
           k.heads(), ")");
   require(v.seq_len() == k.seq_len(), "v seq_len (", v.seq_len(), ") must equal k seq_len (",
@@ -144,7 +145,10 @@ void validate_attention_varlen(const TensorView& q, const TensorView& k, const T
                                const TensorView* lse) {
   validate_tensors(q, k, v, out, lse);
   require(q.batch() == 1, "varlen: q must hold the packed sequences in batch 1, got batch ", q.batch());
-  require(batch.num_seqs > 0, "varlen: num_seqs must be > 0, got ", batch.num_seqs);
+  require(batch.num_seqs >= 0, "varlen: num_seqs must be >= 0, got ", batch.num_seqs);
+  require(batch.num_seqs > 0 || (q.seq_len() == 0 && k.seq_len() == 0),
+          "varlen: a batch of no sequences (num_seqs=0) has no rows, got total_q=", q.seq_len(),
+          " total_k=", k.seq_len());
   require(batch.num_seqs < std::numeric_limits<int32_t>::max(), "varlen: num_seqs must fit in int32, got ",
           batch.num_seqs);
   require(batch.cu_seqlens_q != nullptr, "varlen: cu_seqlens_q is a null pointer");
@@ -173,7 +177,9 @@ void attention(const TensorView& q, const TensorView& k, const TensorView& v, co
                const BlockMask& mask, const AttentionOptions& options, const TensorView* lse) {
   validate_attention(q, k, v, out, mask, lse);
   const double scale = resolve_scale(options, q.head_dim());
-  switch (resolve_backend(options.backend, q.data)) {
+  const Backend backend = resolve_backend(options.backend, q.data);
+  if (out.empty()) return;  // B, Hq or Lq is 0: no row to write
+  switch (backend) {
     case Backend::Reference: reference_attention(q, k, v, out, mask, scale, lse); return;
     case Backend::Cpu: cpu_attention(q, k, v, out, mask, scale, lse); return;
     case Backend::Cuda:

@@ -67,7 +67,8 @@ void cuda_prepare_mask(const BlockMask& mask);
 // is queued on `stream`; the call waits twice, for the number of kept blocks
 // (to size the arrays) and for the copy back to the host, so it cannot be
 // captured in a CUDA graph. Every pattern is supported. Throws spattn::Error
-// naming the parameter, as BlockMask::build does.
+// naming the parameter, as BlockMask::build does. A zero length gives a plan
+// without blocks, built on the host (its device copy is made on first use).
 BlockMask cuda_build_mask(const Pattern& pattern, const MaskShape& shape, void* stream = nullptr);
 
 // The fused block-sparse kernel (validates like attention()).

@@ -74,7 +74,7 @@ std::shared_ptr<const Pattern> pattern_of(const int64_t* code, int64_t code_size
 
 BlockMask host_block_mask(const MaskTensors& m) {
   const int64_t q_len = m.q_len, k_len = m.k_len;
-  require(q_len > 0 && k_len > 0, "mask lengths must be > 0, got Lq=", q_len, " Lk=", k_len);
+  require(q_len >= 0 && k_len >= 0, "mask lengths must be >= 0, got Lq=", q_len, " Lk=", k_len);
   std::shared_ptr<const Pattern> pattern =
       pattern_of(m.code.data(), static_cast<int64_t>(m.code.size()), m.table_i32, m.table_i64);
   if (m.row_offsets.numel() == 0) {
@@ -87,10 +87,12 @@ BlockMask host_block_mask(const MaskTensors& m) {
           m.block_k);
   const int64_t num_q_blocks = (q_len + m.block_q - 1) / m.block_q;
   const int64_t rows = m.row_offsets.numel() - 1;
-  require(rows > 0 && rows % num_q_blocks == 0, "row_offsets has ", m.row_offsets.numel(),
-          " entries, which is not heads * ", num_q_blocks, " query blocks + 1 for Lq=", q_len,
-          " and block_q=", m.block_q);
-  return BlockMask(q_len, k_len, m.block_q, m.block_k, rows / num_q_blocks,
+  require(num_q_blocks == 0 ? rows == 0 : rows > 0 && rows % num_q_blocks == 0, "row_offsets has ",
+          m.row_offsets.numel(), " entries, which is not heads * ", num_q_blocks, " query blocks + 1 for Lq=",
+          q_len, " and block_q=", m.block_q);
+  // Without query blocks there is no row to count the heads by; the pattern's own count fits it.
+  const int64_t heads = num_q_blocks == 0 ? (pattern ? pattern->num_exprs() : 1) : rows / num_q_blocks;
+  return BlockMask(q_len, k_len, m.block_q, m.block_k, heads,
                    to_vector<int64_t>(m.row_offsets, at::kLong, "row_offsets"),
                    to_vector<int32_t>(m.kv_indices, at::kInt, "kv_indices"),
                    to_vector<uint8_t>(m.kv_full, at::kByte, "kv_full"), std::move(pattern));

@@ -57,7 +57,7 @@ class BlockMask:
 
     def __init__(self, q_len: int, k_len: int, block_size: Tuple[int, int], row_offsets: torch.Tensor,
                  kv_indices: torch.Tensor, kv_full: torch.Tensor, pattern: Pattern,
-                 head_dependent: bool):
+                 head_dependent: bool, num_heads: int = 1):
         self.q_len = q_len
         self.k_len = k_len
         self.block_size = block_size
@@ -66,6 +66,10 @@ class BlockMask:
         self.kv_full = kv_full
         self.pattern = pattern
         self.head_dependent = head_dependent
+        # Mask heads, counted from the rows; a mask of no query rows has none
+        # to count, and keeps the `num_heads` it was built for.
+        rows = _ceil_div(q_len, block_size[0])
+        self._num_heads = (row_offsets.numel() - 1) // rows if rows else num_heads
         device = row_offsets.device
         self.table_i32 = pattern.table_i32.to(device)
         self.table_i64 = pattern.table_i64.to(device)
@@ -80,14 +84,14 @@ class BlockMask:
         `num_heads` is the number of query heads; it matters only for patterns
         that read the head index, whose masks get one head per query head.
         """
-        q_len = positive_int(q_len, "seq_len")
-        k_len = positive_int(k_len, "seq_len_k")
+        q_len = int_at_least(q_len, "seq_len", 0)
+        k_len = int_at_least(k_len, "seq_len_k", 0)
         block_q, block_k = block_size_pair(block_size)
         num_heads = positive_int(num_heads, "num_heads")
         row_offsets, kv_indices, kv_full = ops.block_mask_build(
             *pattern.tensors(), q_len, k_len, block_q, block_k, num_heads)
         mask = cls(q_len, k_len, (block_q, block_k), row_offsets, kv_indices, kv_full, pattern,
-                   pattern.head_dependent)
+                   pattern.head_dependent, num_heads if pattern.head_dependent else 1)
         return mask if device is None else mask.to(device)
 
     @classmethod
@@ -99,7 +103,7 @@ class BlockMask:
         [c*bk, (c+1)*bk); with `causal`, pairs with j > i + (Lk - Lq) are removed.
         The lengths default to nqb*bq and nkb*bk; `seq_lengths=(Lq, Lk)` gives
         others (the last blocks are then short). A 3-D matrix gives each of
-        the H query heads its own blocks.
+        the H query heads its own blocks. nqb or nkb may be 0 (Lq or Lk = 0).
         """
         if not isinstance(block_bool, torch.Tensor):
             raise TypeError(f"block_bool must be a torch.Tensor, got {type(block_bool).__name__}")
@@ -107,8 +111,8 @@ class BlockMask:
             raise ValueError(f"block_bool must be (nqb, nkb) or (H, nqb, nkb), got shape {tuple(block_bool.shape)}")
         if block_bool.dtype != torch.bool:
             raise TypeError(f"block_bool must have dtype torch.bool, got {block_bool.dtype}")
-        if block_bool.numel() == 0:
-            raise ValueError("block_bool must hold at least one block on each axis, got shape "
+        if block_bool.dim() == 3 and block_bool.shape[0] == 0:
+            raise ValueError("block_bool must have at least one head, got shape "
                              f"{tuple(block_bool.shape)}")
         blocks = block_bool if block_bool.dim() == 3 else block_bool.unsqueeze(0)
         heads, rows, cols = blocks.shape
@@ -116,8 +120,8 @@ class BlockMask:
         if seq_lengths is None:
             q_len, k_len = rows * block_q, cols * block_k
         else:
-            q_len, k_len = (positive_int(seq_lengths[0], "seq_lengths[0]"),
-                            positive_int(seq_lengths[1], "seq_lengths[1]"))
+            q_len, k_len = (int_at_least(seq_lengths[0], "seq_lengths[0]", 0),
+                            int_at_least(seq_lengths[1], "seq_lengths[1]", 0))
             if _ceil_div(q_len, block_q) != rows or _ceil_div(k_len, block_k) != cols:
                 raise ValueError(
                     f"block_bool has {rows} x {cols} blocks but seq_lengths {(q_len, k_len)} with "
@@ -148,7 +152,7 @@ class BlockMask:
     @property
     def num_heads(self) -> int:
         """Mask heads: 1 (shared by all query heads) or one per query head."""
-        return (self.row_offsets.numel() - 1) // _ceil_div(self.q_len, self.block_size[0])
+        return self._num_heads
 
     @property
     def num_blocks(self) -> int:
@@ -166,9 +170,9 @@ class BlockMask:
 
     @property
     def density(self) -> float:
-        """Allowed pairs / (heads * Lq * Lk), over the mask's heads."""
+        """Allowed pairs / (heads * Lq * Lk), over the mask's heads; 0 when Lq or Lk is 0."""
         kept = ops.block_mask_kept_pairs(*self._host_args(self.num_heads))
-        return kept / (self.num_heads * self.q_len * self.k_len)
+        return kept / (self.num_heads * self.q_len * self.k_len) if self.q_len and self.k_len else 0.0
 
     def to_dense(self) -> torch.Tensor:
         """The token-level mask, bool (num_heads, Lq, Lk) on the mask's device. For small shapes."""
@@ -186,7 +190,7 @@ class BlockMask:
             return self
         return BlockMask(self.q_len, self.k_len, self.block_size, self.row_offsets.to(device),
                          self.kv_indices.to(device), self.kv_full.to(device), self.pattern,
-                         self.head_dependent)
+                         self.head_dependent, self.num_heads)
 
     def __or__(self, other: "BlockMask") -> "BlockMask":
         return combine([self, other], intersect=False)

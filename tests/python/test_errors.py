@@ -101,8 +101,10 @@ def test_pattern_parameters_are_named():
         patterns.longformer(100, window=8, global_tokens=[3, 3])
     with pytest.raises(ValueError, match=r"global_tokens must be < Lk \(100\), got 100"):
         patterns.longformer(100, window=8, global_tokens=[100])
-    with pytest.raises(ValueError, match="seq_len must be >= 1, got 0"):
-        patterns.causal(0)
+    with pytest.raises(ValueError, match="seq_len must be >= 0, got -1"):
+        patterns.causal(-1)
+    with pytest.raises(ValueError, match="seq_len_k must be >= 0, got -3"):
+        patterns.sliding_window(10, -3, window=2)
     with pytest.raises(ValueError, match="block_size must be >= 1, got 0"):
         patterns.causal(10, block_size=0)
     with pytest.raises(ValueError, match="sink must be >= 0, got -2"):
@@ -125,8 +127,8 @@ def test_from_dense_checks():
         spattn.BlockMask.from_dense(torch.ones(2, 2))
     with pytest.raises(ValueError, match=r"block_bool must be \(nqb, nkb\) or \(H, nqb, nkb\)"):
         spattn.BlockMask.from_dense(torch.ones(2, dtype=torch.bool))
-    with pytest.raises(ValueError, match=r"block_bool must hold at least one block on each axis, got shape \(3, 0\)"):
-        spattn.BlockMask.from_dense(torch.ones(3, 0, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"block_bool must have at least one head, got shape \(0, 2, 3\)"):
+        spattn.BlockMask.from_dense(torch.ones(0, 2, 3, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"block_bool has 2 x 2 blocks but seq_lengths \(300, 100\)"):
         spattn.BlockMask.from_dense(torch.ones(2, 2, dtype=torch.bool), block_size=64, seq_lengths=(300, 100))
 

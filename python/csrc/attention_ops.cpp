@@ -33,10 +33,11 @@ std::tuple<at::Tensor, at::Tensor> attention_cpu(
     c10::string_view backend) {
   return run_with_value_errors([&] {
     AttentionCall call(q, k, v, scale);
+    const Backend host = host_backend(backend, call.q.dtype);  // checked for empty calls too
     if (call.empty()) return call.result();
     const MaskTensors mask{mask_q_len,  mask_k_len, block_q, block_k,   row_offsets,
                            kv_indices,  kv_full,    code,    table_i32, table_i64};
-    call.run(host_block_mask(mask), host_backend(backend, call.q.dtype));
+    call.run(host_block_mask(mask), host);
     return call.result();
   });
 }

@@ -25,8 +25,8 @@ std::tuple<at::Tensor, at::Tensor> attention_varlen_cpu(
     const at::Tensor& table_i64, std::optional<double> scale, c10::string_view backend) {
   return run_with_value_errors([&] {
     VarlenCall call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale);
+    call.options.backend = host_backend(backend, call.q.dtype);  // checked for empty calls too
     if (call.empty()) return call.result();
-    call.options.backend = host_backend(backend, call.q.dtype);
     const MaskTensors mask{mask_q_len, mask_k_len, block_q, block_k,   row_offsets,
                            kv_indices, kv_full,    code,    table_i32, table_i64};
     attention_varlen(call.q, call.k, call.v, call.out, call.batch, host_block_mask(mask), call.options, &call.lse);

@@ -21,11 +21,13 @@ BlockSize = Union[int, Tuple[int, int]]
 
 
 def int_at_least(value, name: str, minimum: int) -> int:
-    """`value` as an int >= `minimum`; TypeError or ValueError naming `name` otherwise."""
+    """`value` as an int in [`minimum`, 2^63) (the operators' int64); TypeError or ValueError naming `name` otherwise."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    if value >= 2**63:
+        raise ValueError(f"{name} must be < 2^63, got {value}")
     return value
 
 
@@ -185,7 +187,12 @@ class BlockMask:
 
     def to(self, device) -> "BlockMask":
         """The same mask with its arrays on `device` (self when already there)."""
-        device = torch.device(device)
+        try:
+            device = torch.device(device)
+        except TypeError as error:
+            raise TypeError(f"device must be a torch.device, a string or an int, got {type(device).__name__}") from error
+        except RuntimeError as error:
+            raise ValueError(f"device must name a device, got {device!r}") from error
         if device == self.device:
             return self
         return BlockMask(self.q_len, self.k_len, self.block_size, self.row_offsets.to(device),

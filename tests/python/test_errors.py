@@ -111,6 +111,27 @@ def test_pattern_parameters_are_named():
         patterns.streaming(10, sink=-2, window=3)
 
 
+def test_values_beyond_int64_and_unknown_devices_are_named():
+    with pytest.raises(ValueError, match=r"seq_len must be < 2\^63, got 9223372036854775808"):
+        patterns.causal(2**63)
+    with pytest.raises(ValueError, match=r"segments\[0\] must be < 2\^63"):
+        patterns.dilated(64, segments=[10**30], rates=[1])
+    with pytest.raises(ValueError, match="device must name a device, got 'nowhere'"):
+        patterns.causal(64, device="nowhere")
+    with pytest.raises(TypeError, match="device must be a torch.device, a string or an int, got float"):
+        patterns.causal(64, device=1.5)
+
+
+def test_cuda_backend_on_host_tensors_is_refused_for_empty_calls_too():
+    for q in (torch.randn(1, 2, 0, 8), torch.randn(0, 2, 5, 8)):
+        with pytest.raises(ValueError, match="backend 'cuda' needs CUDA tensors"):
+            spattn.attention(q, q, q, backend="cuda")
+    cu = torch.zeros(2, dtype=torch.int32)
+    q = torch.randn(0, 2, 8)
+    with pytest.raises(ValueError, match="backend 'cuda' needs CUDA tensors"):
+        spattn.attention_varlen(q, q, q, cu, cu, 0, 0, backend="cuda")
+
+
 def test_combining_masks_of_other_geometry():
     with pytest.raises(ValueError, match=r"union: masks\[1\] was built for Lq=32"):
         patterns.causal(64) | patterns.causal(32)

@@ -15,6 +15,7 @@
 
 #include "spattn/attention.hpp"
 #include "spattn/block_mask.hpp"
+#include "spattn/memory.hpp"
 #include "spattn/select.hpp"
 #include "spattn/tensor.hpp"
 
@@ -27,6 +28,15 @@ class DynamicAttention;
 
 // CUDA devices visible to this process; 0 without a device or a driver.
 int cuda_device_count();
+
+// Free memory of the current device in bytes (cudaMemGetInfo).
+int64_t cuda_free_memory_bytes();
+// Throws spattn::Error unless `estimate` fits the current device's free memory
+// (MemoryEstimate::check against cuda_free_memory_bytes(), as "device
+// memory"). Buffers sized by a call's arguments are checked with it before
+// they are allocated, so a request too large for the GPU is refused naming
+// its parameters and the bytes it needs.
+void cuda_check_memory(const MemoryEstimate& estimate);
 
 // Does p point into device (or managed) memory?
 bool cuda_is_device_pointer(const void* p);

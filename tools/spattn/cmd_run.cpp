@@ -104,6 +104,7 @@ int run_main(const Args& args) {
   need.add("block mask", BlockMask::build_bytes(setup.pattern, setup.shape));
   if (check) need.add("fp64 reference output", reference_bytes(s));
   need.check();
+  check_device_memory(size_request(args), backend, input_bytes(s));
 
   progress_line("making the inputs");
   AttentionJob job(s, backend, seed);

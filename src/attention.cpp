@@ -12,6 +12,7 @@
 #include "tensor_checks.hpp"
 
 #if defined(SPATTN_WITH_CUDA)
+#include "cuda/common/rows_without_keys.hpp"
 #include "spattn/cuda.hpp"
 #endif
 
@@ -184,6 +185,8 @@ void attention(const TensorView& q, const TensorView& k, const TensorView& v, co
     case Backend::Cpu: cpu_attention(q, k, v, out, mask, scale, lse); return;
     case Backend::Cuda:
 #if defined(SPATTN_WITH_CUDA)
+      if (k.empty())  // no key to read: every row is 0 with LSE -inf
+        return cuda_detail::write_rows_without_keys(out, lse, nullptr);
       cuda_attention(q, k, v, out, mask, scale, lse);
       return;
 #endif

@@ -25,7 +25,8 @@
 # default 1: a dilated case's launches are rest pass, permuted pass, ...),
 # PROFILE_SHAPE (seq x heads x head dim of the profile stage, default 16384x16x128),
 # SHAPES (bench and peer shapes, default 32768x16,131072x8), WHEELS (folder of the
-# Python build backend's wheels for machines without PyPI, default .whl).
+# Python build backend's wheels, and hypothesis's and sortedcontainers' for the
+# fuzz tests, for machines without PyPI, default .whl).
 # Where GoogleTest is not
 # installed, a source tree in .deps/googletest is used; without libpng the CLI
 # is skipped.
@@ -107,6 +108,10 @@ if want python; then
   if ! python3 -c "import scikit_build_core" 2>/dev/null; then
     python3 -m pip install -q --no-index --no-deps "${WHEELS:-.whl}"/scikit_build_core-*.whl \
       "${WHEELS:-.whl}"/pathspec-*.whl > "$LOG/wheels.log" 2>&1
+  fi
+  if ! python3 -c "import hypothesis" 2>/dev/null; then  # tests/python/test_fuzz.py
+    python3 -m pip install -q --no-index --no-deps "${WHEELS:-.whl}"/hypothesis-*.whl \
+      "${WHEELS:-.whl}"/sortedcontainers-*.whl >> "$LOG/wheels.log" 2>&1
   fi
   CMAKE_ARGS="-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHS:-90}" CMAKE_BUILD_PARALLEL_LEVEL=16 SPATTN_CUDA=ON \
     step pip_install pip_install.log python3 -m pip install --no-build-isolation --no-deps . &&

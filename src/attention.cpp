@@ -15,6 +15,7 @@
 #include "tensor_checks.hpp"
 
 #if defined(SPATTN_WITH_CUDA)
+#include "cuda/common/rows_without_keys.hpp"
 #include "cuda/cuda_launch.hpp"
 #include "spattn/cuda.hpp"
 #endif
@@ -96,6 +97,7 @@ void validate_tensors(const TensorView& q, const TensorView& k, const TensorView
   require(k.batch() == q.batch(), "k batch (", k.batch(), ") must equal q batch (", q.batch(), ")");
   require(v.batch() == q.batch(), "v batch (", v.batch(), ") must equal q batch (", q.batch(), ")");
   require(v.heads() == k.heads(), "v heads (", v.heads(), ") must equal k heads (", k.heads(), ")");
+  require(k.heads() > 0, "k heads must be > 0, got 0");
   require(q.heads() % k.heads() == 0, "q heads (", q.heads(), ") must be a multiple of k heads (",
           k.heads(), ")");
   require(v.seq_len() == k.seq_len(), "v seq_len (", v.seq_len(), ") must equal k seq_len (",
@@ -148,7 +150,10 @@ void validate_attention_varlen(const TensorView& q, const TensorView& k, const T
                                const TensorView* lse) {
   validate_tensors(q, k, v, out, lse);
   require(q.batch() == 1, "varlen: q must hold the packed sequences in batch 1, got batch ", q.batch());
-  require(batch.num_seqs > 0, "varlen: num_seqs must be > 0, got ", batch.num_seqs);
+  require(batch.num_seqs >= 0, "varlen: num_seqs must be >= 0, got ", batch.num_seqs);
+  require(batch.num_seqs > 0 || (q.seq_len() == 0 && k.seq_len() == 0),
+          "varlen: a batch of no sequences (num_seqs=0) has no rows, got total_q=", q.seq_len(),
+          " total_k=", k.seq_len());
   require(batch.num_seqs < std::numeric_limits<int32_t>::max(), "varlen: num_seqs must fit in int32, got ",
           batch.num_seqs);
   require(batch.cu_seqlens_q != nullptr, "varlen: cu_seqlens_q is a null pointer");
@@ -191,11 +196,14 @@ namespace {
 void run_plan(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
               const Plan& plan, double scale, const TensorView* lse, void* stream) {
   const detail::PlanState& state = plan.state();
+  if (out.empty()) return;  // B, Hq or Lq is 0: no row to write
   switch (state.backend) {
     case Backend::Reference: reference_attention(q, k, v, out, plan.mask(), scale, lse); return;
     case Backend::Cpu: cpu_fast::run_forward(q, k, v, out, plan.mask(), *state.cpu, scale, lse); return;
     case Backend::Cuda:
 #if defined(SPATTN_WITH_CUDA)
+      if (k.empty())  // no key to read: every row is 0 with LSE -inf
+        return cuda_detail::write_rows_without_keys(out, lse, static_cast<cudaStream_t>(stream));
       cuda_detail::launch_plan(q, k, v, out, *state.cuda, scale, lse, stream);
       return;
 #endif

@@ -5,7 +5,8 @@
 // batch-1 view of its rows with a mask built for its own lengths, so they do
 // not depend on the prefix property the CUDA backend relies on; the tests
 // compare the two. Longformer global tokens beyond a sequence's length do
-// not exist in it (Pattern::within_length). Empty sequences are skipped.
+// not exist in it (Pattern::within_length). Empty sequences are skipped, and
+// so is a batch without query rows.
 #include <algorithm>
 
 #include "plan/plan_state.hpp"
@@ -41,7 +42,7 @@ BlockMask varlen_mask(const Pattern& pattern, int64_t max_seqlen, int64_t block_
                       int64_t num_heads) {
   require(pattern.is_prefix_stable(), "varlen: the pattern ", pattern.describe(),
           " depends on the sequence lengths (BigBird, custom masks), so one mask cannot serve every sequence");
-  require(max_seqlen > 0, "varlen: max_seqlen must be > 0, got ", max_seqlen);
+  require(max_seqlen >= 0, "varlen: max_seqlen must be >= 0, got ", max_seqlen);
   MaskShape shape;
   shape.q_len = shape.k_len = max_seqlen;
   shape.block_q = block_q;
@@ -82,6 +83,7 @@ void host_varlen(const TensorView& q, const TensorView& k, const TensorView& v, 
   require(backend == Backend::Reference || backend == Backend::Cpu, "varlen: backend '", backend_name(backend),
           "' has no varlen implementation");
   check_cu_seqlens(batch, q.seq_len(), k.seq_len());
+  if (out.empty()) return;  // no query rows, or no query heads
   for (int64_t b = 0; b < batch.num_seqs; ++b) {
     const int64_t q_first = batch.cu_seqlens_q[b], k_first = batch.cu_seqlens_k[b];
     const int64_t lq = batch.cu_seqlens_q[b + 1] - q_first, lk = batch.cu_seqlens_k[b + 1] - k_first;
@@ -114,6 +116,7 @@ void attention_varlen(const TensorView& q, const TensorView& k, const TensorView
   const Backend backend = resolve_backend(options.backend, q.data);
   if (backend != Backend::Cuda) return host_varlen(q, k, v, out, batch, mask, backend, scale, lse);
 #if defined(SPATTN_WITH_CUDA)
+  if (out.empty()) return;  // no query rows, or no query heads
   const Plan plan = detail::cached_plan(mask, varlen_call_shape(q, k, batch, mask.q_len()), backend, q.data, false,
                                         options.stream);
   cuda_detail::launch_varlen_plan(q, k, v, out, batch, *plan.state().cuda, scale, lse, options.stream);
@@ -133,7 +136,7 @@ void attention_varlen(const TensorView& q, const TensorView& k, const TensorView
   const double scale = resolve_scale(options, q.head_dim());
   if (backend != Backend::Cuda) return host_varlen(q, k, v, out, batch, plan.mask(), backend, scale, lse);
 #if defined(SPATTN_WITH_CUDA)
-  cuda_detail::launch_varlen_plan(q, k, v, out, batch, *plan.state().cuda, scale, lse, options.stream);
+  if (!out.empty()) cuda_detail::launch_varlen_plan(q, k, v, out, batch, *plan.state().cuda, scale, lse, options.stream);
 #endif
 }
 

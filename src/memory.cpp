@@ -98,15 +98,16 @@ MemoryEstimate& MemoryEstimate::add(const std::string& item, int64_t bytes) {
   return *this;
 }
 
-void MemoryEstimate::check() const {
-  const int64_t available = available_memory_bytes();
+void MemoryEstimate::check() const { check(available_memory_bytes(), "memory"); }
+
+void MemoryEstimate::check(int64_t available, const std::string& memory) const {
   if (total_ <= usable_memory_bytes(available)) return;
   std::ostringstream parts;
   for (const auto& [item, bytes] : items_)
     if (bytes > 0) parts << (parts.tellp() > 0 ? ", " : "") << item << " " << format_bytes(bytes);
   fail(request_, " needs ", total_ == kMax ? "more than 2^63" : std::to_string(total_), " bytes (",
        format_bytes(total_), ": ", parts.str(), ") but only ", available, " bytes (", format_bytes(available),
-       ") of memory are available, of which one request may take ", kUsablePercent, "%");
+       ") of ", memory, " are available, of which one request may take ", kUsablePercent, "%");
 }
 
 }  // namespace spattn

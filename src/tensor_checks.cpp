@@ -11,11 +11,14 @@ constexpr int64_t kMaxOffset = std::numeric_limits<int64_t>::max() / 4;
 }  // namespace
 
 void validate_tensor(const TensorView& t, const char* name) {
-  require(t.data != nullptr, name, " has a null data pointer");
   static const char* axes[4] = {"batch", "heads", "seq_len", "head_dim"};
+  for (int axis = 0; axis < 3; ++axis)
+    require(t.shape[axis] >= 0, name, " ", axes[axis], " must be >= 0, got ", t.shape[axis]);
+  require(t.shape[3] > 0, name, " head_dim must be > 0, got ", t.shape[3]);
+  if (t.empty()) return;  // no element is addressed: any pointer and strides will do
+  require(t.data != nullptr, name, " has a null data pointer");
   int64_t max_offset = 0;
   for (int axis = 0; axis < 4; ++axis) {
-    require(t.shape[axis] > 0, name, " ", axes[axis], " must be > 0, got ", t.shape[axis]);
     const int64_t stride = t.stride[axis] < 0 ? -t.stride[axis] : t.stride[axis];
     require(stride <= kMaxOffset / t.shape[axis], name, " ", axes[axis], " (", t.shape[axis],
             ") times its stride (", t.stride[axis], ") overflows 64-bit offsets");

@@ -6,7 +6,9 @@
 
 namespace spattn {
 
-// A non-null view with every axis > 0 whose offsets fit in 64 bits; errors name `name`.
+// A view with batch, heads and seq_len >= 0 and head_dim > 0; unless it is
+// empty (an axis of 0), a non-null one whose offsets fit in 64 bits. Errors
+// name `name`.
 void validate_tensor(const TensorView& t, const char* name);
 
 // a has the shape of b; the error names both.

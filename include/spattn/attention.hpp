@@ -8,6 +8,10 @@
 // out may be any dtype. Inputs are validated and bad ones rejected with
 // spattn::Error naming the parameter.
 //
+// Empty shapes: B, Hq, Lq and Lk may be 0 (Hkv and D must be > 0; an empty
+// view's data pointer may be null). Nothing is written when out is empty;
+// with Lk == 0 every row has no allowed key, so out is 0 and LSE -inf.
+//
 // Non-finite inputs, the same on every backend: only the scores of allowed
 // pairs are computed (masked pairs are never read, as in FlexAttention). A
 // NaN or +inf score makes its row's output and LSE NaN (as SDPA); a -inf
@@ -71,7 +75,8 @@ double resolve_scale(const AttentionOptions& options, int64_t head_dim);
 // (FlashAttention's (Hq, total_q)). Each sequence attends only to itself, with
 // the mask's pattern applied to its own lengths, bottom-right aligned as in
 // attention(): with Lq(b) < Lk(b) (a chunk of queries after cached keys) its
-// query i sits at position i + Lk(b) - Lq(b). Sequences may be empty.
+// query i sits at position i + Lk(b) - Lq(b). Sequences may be empty, and so
+// may the batch (num_seqs == 0, cu_seqlens = {0}, no rows).
 // Longformer global tokens at or beyond a sequence's length do not exist in
 // that sequence (Pattern::within_length).
 //

@@ -74,7 +74,8 @@ class BlockMask {
             std::vector<uint8_t> kv_full, std::shared_ptr<const Pattern> pattern = nullptr);
 
   // Builds the plan of `pattern` for `shape` in time proportional to the kept
-  // blocks (never L x L).
+  // blocks (never L x L). Zero lengths are valid: Lq == 0 gives a plan of no
+  // rows, Lk == 0 one whose rows keep no block.
   // Refuses (spattn::Error) before allocating when the plan would not fit in
   // the memory available (spattn/memory.hpp).
   static BlockMask build(const Pattern& pattern, const MaskShape& shape);
@@ -110,7 +111,7 @@ class BlockMask {
   // Allowed (query, key) pairs for query head h of `query_heads`, counted
   // through the plan (full blocks whole, partial blocks by the predicate).
   int64_t kept_pairs(int64_t query_heads) const;
-  // kept_pairs / (query_heads * Lq * Lk).
+  // kept_pairs / (query_heads * Lq * Lk); 0 when Lq or Lk is 0 (no pairs).
   double density(int64_t query_heads) const;
 
   // Is pair (i, j) allowed for query head h? Reads the plan, then the predicate.

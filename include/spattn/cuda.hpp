@@ -16,6 +16,7 @@
 #include "spattn/attention.hpp"
 #include "spattn/backward.hpp"
 #include "spattn/block_mask.hpp"
+#include "spattn/memory.hpp"
 #include "spattn/select.hpp"
 #include "spattn/tensor.hpp"
 
@@ -28,6 +29,15 @@ class DynamicAttention;
 
 // CUDA devices visible to this process; 0 without a device or a driver.
 int cuda_device_count();
+
+// Free memory of the current device in bytes (cudaMemGetInfo).
+int64_t cuda_free_memory_bytes();
+// Throws spattn::Error unless `estimate` fits the current device's free memory
+// (MemoryEstimate::check against cuda_free_memory_bytes(), as "device
+// memory"). Buffers sized by a call's arguments are checked with it before
+// they are allocated, so a request too large for the GPU is refused naming
+// its parameters and the bytes it needs.
+void cuda_check_memory(const MemoryEstimate& estimate);
 
 // Does p point into device (or managed) memory?
 bool cuda_is_device_pointer(const void* p);
@@ -55,7 +65,8 @@ bool cuda_sm90_kernel_available();
 // is queued on `stream`; the call waits twice, for the number of kept blocks
 // (to size the arrays) and for the copy back to the host, so it cannot be
 // captured in a CUDA graph. Every pattern is supported. Throws spattn::Error
-// naming the parameter, as BlockMask::build does.
+// naming the parameter, as BlockMask::build does. A zero length gives a plan
+// without blocks, built on the host (its device copy is made on first use).
 BlockMask cuda_build_mask(const Pattern& pattern, const MaskShape& shape, void* stream = nullptr);
 
 // The fused block-sparse kernel (validates like attention()), on the plan of

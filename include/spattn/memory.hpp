@@ -48,6 +48,9 @@ class MemoryEstimate {
   // needs N bytes (X GiB: item a, item b, ...) but only M bytes (Y GiB) of
   // memory are available".
   void check() const;
+  // The same against `available` bytes of another memory, named `memory`
+  // (the CUDA backend's: "device memory", the free memory of the GPU).
+  void check(int64_t available, const std::string& memory) const;
 
  private:
   std::string request_;

@@ -24,6 +24,8 @@ struct TensorView {
   int64_t seq_len() const { return shape[2]; }
   int64_t head_dim() const { return shape[3]; }
   int64_t numel() const { return shape[0] * shape[1] * shape[2] * shape[3]; }
+  // True when an axis is 0: the view holds no element (its data may be null).
+  bool empty() const { return shape[0] == 0 || shape[1] == 0 || shape[2] == 0 || shape[3] == 0; }
 
   int64_t offset(int64_t b, int64_t h, int64_t l, int64_t d) const {
     return b * stride[0] + h * stride[1] + l * stride[2] + d * stride[3];

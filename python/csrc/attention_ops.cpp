@@ -29,8 +29,8 @@ std::tuple<at::Tensor, at::Tensor> attention_cpu(const at::Tensor& q, const at::
                                                  c10::string_view backend) {
   return run_with_value_errors([&] {
     AttentionCall call(q, k, v, scale);
+    const Backend host = host_backend(backend, call.q.dtype);  // checked for empty calls too
     if (call.empty()) return call.result();
-    const Backend host = host_backend(backend, call.q.dtype);
     call.run(*registered_mask(mask, q.size(2), k.size(2)), host);
     return call.result();
   });

@@ -16,7 +16,7 @@ TensorView packed_view_of(const at::Tensor& t, const char* name) {
 
 at::Tensor offsets_of(const at::Tensor& cu, const at::Tensor& q, const char* name) {
   TORCH_CHECK_TYPE(cu.scalar_type() == at::kInt, name, " dtype must be torch.int32, got ", cu.scalar_type());
-  TORCH_CHECK_VALUE(cu.dim() == 1 && cu.size(0) >= 2, name, " must be 1-D with batch + 1 >= 2 entries, got shape ",
+  TORCH_CHECK_VALUE(cu.dim() == 1 && cu.size(0) >= 1, name, " must be 1-D with batch + 1 >= 1 entries, got shape ",
                     cu.sizes());
   TORCH_CHECK_VALUE(cu.device() == q.device(), name, " is on ", cu.device(), " but q is on ", q.device());
   return cu.contiguous();

@@ -24,8 +24,8 @@ std::tuple<at::Tensor, at::Tensor> attention_varlen_cpu(
     std::optional<double> scale, c10::string_view backend) {
   return run_with_value_errors([&] {
     VarlenCall call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale);
+    call.options.backend = host_backend(backend, call.q.dtype);  // checked for empty calls too
     if (call.empty()) return call.result();
-    call.options.backend = host_backend(backend, call.q.dtype);
     const int64_t dense_len = varlen_dense_length(max_seqlen_q, max_seqlen_k);
     attention_varlen(call.q, call.k, call.v, call.out, call.batch, *registered_mask(mask, dense_len, dense_len),
                      call.options, &call.lse);

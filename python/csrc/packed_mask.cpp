@@ -81,7 +81,7 @@ BlockMask unpack_mask(const at::Tensor& packed_in) {
   h.code_words = w[7];
   h.table_i32 = w[8];
   h.table_i64 = w[9];
-  require(h.q_len > 0 && h.k_len > 0 && h.block_q > 0 && h.block_k > 0 && h.num_heads > 0 && h.num_blocks >= 0 &&
+  require(h.q_len >= 0 && h.k_len >= 0 && h.block_q > 0 && h.block_k > 0 && h.num_heads > 0 && h.num_blocks >= 0 &&
               h.code_words >= 0 && h.table_i32 >= 0 && h.table_i64 >= 0,
           "mask: its header is corrupt (Lq=", h.q_len, ", Lk=", h.k_len, ", blocks ", h.block_q, " x ", h.block_k,
           ", heads ", h.num_heads, ")");

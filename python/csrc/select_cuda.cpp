@@ -10,7 +10,8 @@
 // row_offsets (B, rows + 1) int64, kv_indices (B, rows * capacity) int32 and
 // kv_full (same) uint8 on q's device, of which batch element b uses the first
 // row_offsets[b, -1] entries, and the masks' pattern (causal or dense)
-// encoded as in pattern_ops.cpp.
+// encoded as in pattern_ops.cpp. The tensors are checked against the free
+// device memory before they are allocated (cuda_check_memory).
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
@@ -18,6 +19,7 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 #include <tuple>
 
 #include "device_object_cache.hpp"
@@ -34,6 +36,11 @@ using DeviceMasks = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, a
 DeviceObjectCache<CudaSelector>& selector_cache() {
   static DeviceObjectCache<CudaSelector> cache("select_blocks");
   return cache;
+}
+
+std::string shape_text(const TensorView& t) {
+  return "(" + std::to_string(t.batch()) + ", " + std::to_string(t.heads()) + ", " + std::to_string(t.seq_len()) +
+         ", " + std::to_string(t.head_dim()) + ")";
 }
 
 void copy_on_stream(void* dst, const void* src, size_t bytes, cudaStream_t stream, const char* what) {
@@ -63,6 +70,11 @@ DeviceMasks select_blocks_device(const at::Tensor& q, const at::Tensor& k, int64
         [&](CudaSelector& selector) {
           selector.run(qv, kv, stream);
           const int64_t B = qv.batch(), rows = selector.rows(), entries = rows * selector.capacity();
+          cuda_check_memory(MemoryEstimate("the masks of select_blocks_batched for q " + shape_text(qv) + ", k " +
+                                           shape_text(kv) + ", block_size=(" + std::to_string(block_q) + ", " +
+                                           std::to_string(block_k) + ")")
+                                .add("row offsets", bytes_for(B * (rows + 1), sizeof(int64_t)))
+                                .add("block lists", bytes_for(B * entries, sizeof(int32_t) + sizeof(uint8_t))));
           offsets = at::empty({B, rows + 1}, q.options().dtype(at::kLong));
           indices = at::empty({B, entries}, q.options().dtype(at::kInt));
           full = at::empty({B, entries}, q.options().dtype(at::kByte));

@@ -115,8 +115,8 @@ def _check_offsets(cu, name: str, device) -> None:
         raise TypeError(f"{name} must be a torch.Tensor, got {type(cu).__name__}")
     if cu.dtype != torch.int32:
         raise TypeError(f"{name} dtype must be torch.int32, got {cu.dtype}")
-    if cu.dim() != 1 or cu.numel() < 2:
-        raise ValueError(f"{name} must be 1-D with batch + 1 >= 2 entries, got shape {tuple(cu.shape)}")
+    if cu.dim() != 1 or cu.numel() < 1:
+        raise ValueError(f"{name} must be 1-D with batch + 1 >= 1 entries, got shape {tuple(cu.shape)}")
     if cu.device != device:
         raise ValueError(f"{name} is on {cu.device} but q is on {device}")
 

@@ -28,11 +28,13 @@ BlockSize = Union[int, Tuple[int, int]]
 
 
 def int_at_least(value, name: str, minimum: int) -> int:
-    """`value` as an int >= `minimum`; TypeError or ValueError naming `name` otherwise."""
+    """`value` as an int in [`minimum`, 2^63) (the operators' int64); TypeError or ValueError naming `name` otherwise."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    if value >= 2**63:
+        raise ValueError(f"{name} must be < 2^63, got {value}")
     return value
 
 
@@ -83,10 +85,12 @@ class BlockMask:
 
     def __init__(self, q_len: int, k_len: int, block_size: Tuple[int, int], row_offsets: torch.Tensor,
                  kv_indices: torch.Tensor, kv_full: torch.Tensor, pattern: Pattern,
-                 head_dependent: bool):
-        """A mask of its arrays (on one device; checked at its first use)."""
+                 head_dependent: bool, num_heads: int = 1):
+        """A mask of its arrays (on one device; checked at its first use). Its heads are counted from
+        the rows; a mask of no query rows has none to count, and keeps the `num_heads` it was built for."""
         block_q, block_k = block_size
-        num_heads = (row_offsets.numel() - 1) // _ceil_div(q_len, block_q)
+        rows = _ceil_div(q_len, block_q)
+        num_heads = (row_offsets.numel() - 1) // rows if rows else num_heads
         packed = ops.block_mask_pack(q_len, k_len, block_q, block_k, num_heads, row_offsets, kv_indices, kv_full,
                                      *pattern.tensors())
         self._init(packed, q_len, k_len, block_size, num_heads, kv_indices.numel(), pattern, head_dependent)
@@ -125,8 +129,8 @@ class BlockMask:
         that read the head index (dilated rates > 1, per-head mixes), whose
         masks get one head per query head, and such a pattern needs it.
         """
-        q_len = positive_int(q_len, "seq_len")
-        k_len = positive_int(k_len, "seq_len_k")
+        q_len = int_at_least(q_len, "seq_len", 0)
+        k_len = int_at_least(k_len, "seq_len_k", 0)
         block_q, block_k = block_size_pair(block_size)
         if num_heads is None:
             if pattern.head_dependent:
@@ -150,7 +154,7 @@ class BlockMask:
         [c*bk, (c+1)*bk); with `causal`, pairs with j > i + (Lk - Lq) are removed.
         The lengths default to nqb*bq and nkb*bk; `seq_lengths=(Lq, Lk)` gives
         others (the last blocks are then short). A 3-D matrix gives each of
-        the H query heads its own blocks.
+        the H query heads its own blocks. nqb or nkb may be 0 (Lq or Lk = 0).
         """
         if not isinstance(block_bool, torch.Tensor):
             raise TypeError(f"block_bool must be a torch.Tensor, got {type(block_bool).__name__}")
@@ -158,8 +162,8 @@ class BlockMask:
             raise ValueError(f"block_bool must be (nqb, nkb) or (H, nqb, nkb), got shape {tuple(block_bool.shape)}")
         if block_bool.dtype != torch.bool:
             raise TypeError(f"block_bool must have dtype torch.bool, got {block_bool.dtype}")
-        if block_bool.numel() == 0:
-            raise ValueError("block_bool must hold at least one block on each axis, got shape "
+        if block_bool.dim() == 3 and block_bool.shape[0] == 0:
+            raise ValueError("block_bool must have at least one head, got shape "
                              f"{tuple(block_bool.shape)}")
         blocks = block_bool if block_bool.dim() == 3 else block_bool.unsqueeze(0)
         heads, rows, cols = blocks.shape
@@ -167,8 +171,8 @@ class BlockMask:
         if seq_lengths is None:
             q_len, k_len = rows * block_q, cols * block_k
         else:
-            q_len, k_len = (positive_int(seq_lengths[0], "seq_lengths[0]"),
-                            positive_int(seq_lengths[1], "seq_lengths[1]"))
+            q_len, k_len = (int_at_least(seq_lengths[0], "seq_lengths[0]", 0),
+                            int_at_least(seq_lengths[1], "seq_lengths[1]", 0))
             if _ceil_div(q_len, block_q) != rows or _ceil_div(k_len, block_k) != cols:
                 raise ValueError(
                     f"block_bool has {rows} x {cols} blocks but seq_lengths {(q_len, k_len)} with "
@@ -212,9 +216,9 @@ class BlockMask:
 
     @property
     def density(self) -> float:
-        """Allowed pairs / (heads * Lq * Lk), over the mask's heads."""
+        """Allowed pairs / (heads * Lq * Lk), over the mask's heads; 0 when Lq or Lk is 0."""
         kept = ops.block_mask_kept_pairs(self._on(torch.device("cpu")).packed, self.num_heads)
-        return kept / (self.num_heads * self.q_len * self.k_len)
+        return kept / (self.num_heads * self.q_len * self.k_len) if self.q_len and self.k_len else 0.0
 
     def to_dense(self) -> torch.Tensor:
         """The token-level mask, bool (num_heads, Lq, Lk) on the mask's device. For small shapes."""
@@ -227,7 +231,13 @@ class BlockMask:
 
     def to(self, device) -> "BlockMask":
         """The same mask with its arrays on `device` (self when already there)."""
-        device = torch.device(device)
+        try:
+            device = torch.device(device)
+        except TypeError as error:
+            raise TypeError(f"device must be a torch.device, a string or an int, "
+                            f"got {type(device).__name__}") from error
+        except RuntimeError as error:
+            raise ValueError(f"device must name a device, got {device!r}") from error
         if device == self.device:
             return self
         return BlockMask._of_packed(self.packed.to(device), self.q_len, self.k_len, self.block_size,

@@ -119,7 +119,7 @@ def from_flex(flex_block_mask, pattern: BlockMask | None = None) -> BlockMask:
     kv_indices = kept.nonzero(as_tuple=True)[2].to(torch.int32)
     kv_full = (state[kept] == _FULL).to(torch.uint8)
     mask = BlockMask(q_len, k_len, (block_q, block_k), row_offsets, kv_indices, kv_full, mask_pattern,
-                     mask_pattern.head_dependent)
+                     mask_pattern.head_dependent, heads)
     # Validates the arrays against the pattern.
     ops.block_mask_kept_pairs(mask._on(torch.device("cpu")).packed, heads)
     return mask

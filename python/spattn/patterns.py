@@ -2,7 +2,8 @@
 
 Every function takes the query length, optionally a different key length, and
 keyword parameters named as the ``spattn`` command line names them; the rule
-of each pattern is in docs/patterns.md. Query row i sits at position
+of each pattern is in docs/patterns.md. Lengths may be 0: the mask then has
+no query rows (Lq = 0) or rows that keep no key (Lk = 0). Query row i sits at position
 p = i + (Lk - Lq) (bottom-right alignment, as FlashAttention). Common keywords:
 
 - ``block_size``: mask block size, an int or (block_q, block_k) (default 128);
@@ -20,7 +21,7 @@ from typing import Optional, Sequence
 
 from spattn._ops import ops
 from spattn._pattern import Pattern
-from spattn.block_mask import BlockMask, BlockSize, block_size_pair, combine, int_at_least, positive_int
+from spattn.block_mask import BlockMask, BlockSize, block_size_pair, combine, int_at_least
 from spattn.block_mask import per_head as _per_head
 
 __all__ = [
@@ -37,8 +38,8 @@ def _int_list(values, name: str, minimum: int) -> list:
 
 def _mask(pattern_op, seq_len: int, seq_len_k: Optional[int], block_size: BlockSize,
           num_heads: Optional[int], device) -> BlockMask:
-    q_len = positive_int(seq_len, "seq_len")
-    k_len = q_len if seq_len_k is None else positive_int(seq_len_k, "seq_len_k")
+    q_len = int_at_least(seq_len, "seq_len", 0)
+    k_len = q_len if seq_len_k is None else int_at_least(seq_len_k, "seq_len_k", 0)
     return BlockMask.from_pattern(Pattern.from_op(pattern_op), q_len, k_len, block_size,
                                   num_heads=num_heads, device=device)
 
@@ -128,8 +129,8 @@ def bigbird(seq_len: int, seq_len_k: Optional[int] = None, *, window_blocks: int
     """BigBird over key blocks of the key block size: a window of ``window_blocks``, the first and
     last ``global_blocks`` blocks as global rows and columns, and ``random_blocks`` seeded random
     blocks per row."""
-    q_len = positive_int(seq_len, "seq_len")
-    k_len = q_len if seq_len_k is None else positive_int(seq_len_k, "seq_len_k")
+    q_len = int_at_least(seq_len, "seq_len", 0)
+    k_len = q_len if seq_len_k is None else int_at_least(seq_len_k, "seq_len_k", 0)
     block_k = block_size_pair(block_size)[1]
     pattern_op = ops.pattern_bigbird(k_len, block_k, int_at_least(window_blocks, "window_blocks", 1),
                                      int_at_least(global_blocks, "global_blocks", 0),

@@ -13,6 +13,7 @@
 #include "cuda/common/fwd_params.hpp"
 #include "cuda/common/packed_rows.hpp"
 #include "cuda/common/scratch_pool.hpp"
+#include "cuda/common/rows_without_keys.hpp"
 #include "cuda/common/split_combine.hpp"
 #include "cuda/cuda_launch.hpp"
 #include "cuda/fwd_sm80/fwd_sm80.hpp"
@@ -248,6 +249,7 @@ namespace cuda_detail {
 void launch_plan(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                  const CudaPlan& plan, double scale, const TensorView* lse, void* stream) {
   check_plan_device(plan);
+  require(!plan.passes.empty(), "CUDA backend: the plan is of an empty call (no row or no key) and launches nothing");
   const FwdParams p = kernel_params(q, k, v, out, scale, lse);
   const auto s = static_cast<cudaStream_t>(stream);
   switch (plan.packing) {
@@ -269,6 +271,7 @@ void launch_varlen_plan(const TensorView& q, const TensorView& k, const TensorVi
   if (q.seq_len() == 0) return;
   require(k.seq_len() > 0, "varlen: k holds no rows but q holds ", q.seq_len(),
           "; each sequence needs Lq <= Lk (its queries are its last Lq positions)");
+  if (plan.passes.empty()) return;  // a mask of no positions: every sequence is empty
   // The grid's batch axis walks the sequences; lengths come from cu_seqlens on the device.
   const BlockMaskView shape = plan.passes.front().plan.blocks;
   p.batch = batch.num_seqs;
@@ -286,6 +289,9 @@ void launch_varlen_plan(const TensorView& q, const TensorView& k, const TensorVi
 void cuda_attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                     const BlockMask& mask, double scale, const TensorView* lse, void* stream) {
   validate_attention(q, k, v, out, mask, lse);
+  if (out.empty()) return;  // B, Hq or Lq is 0: no row to write
+  if (k.empty())            // no key to read: every row is 0 with LSE -inf
+    return cuda_detail::write_rows_without_keys(out, lse, static_cast<cudaStream_t>(stream));
   const Plan plan = detail::cached_plan(mask, call_shape(q, k), Backend::Cuda, q.data, false, stream);
   cuda_detail::launch_plan(q, k, v, out, *plan.state().cuda, scale, lse, stream);
 }
@@ -294,6 +300,7 @@ void cuda_attention_varlen(const TensorView& q, const TensorView& k, const Tenso
                            const VarlenBatch& batch, const BlockMask& mask, double scale, const TensorView* lse,
                            void* stream) {
   validate_attention_varlen(q, k, v, out, batch, mask, lse);
+  if (out.empty()) return;  // no query rows, or no query heads
   const Plan plan = detail::cached_plan(mask, varlen_call_shape(q, k, batch, mask.q_len()), Backend::Cuda, q.data,
                                        false, stream);
   cuda_detail::launch_varlen_plan(q, k, v, out, batch, *plan.state().cuda, scale, lse, stream);

@@ -45,6 +45,9 @@ std::vector<T> copy_to_host(const T* device, int64_t count, cudaStream_t stream)
 }  // namespace
 
 BlockMask cuda_build_mask(const Pattern& pattern, const MaskShape& shape, void* stream) {
+  // No query or no key blocks: nothing for the device walk to count (nor a
+  // grid to launch); the host builds the empty plan in time linear in its rows.
+  if (shape.q_len == 0 || shape.k_len == 0) return BlockMask::build(pattern, shape);
   const auto s = static_cast<cudaStream_t>(stream);
   auto exprs = std::make_shared<const cuda_detail::DeviceExprs>(pattern, s);
   std::shared_ptr<const cuda_detail::DeviceMaskArrays> arrays =

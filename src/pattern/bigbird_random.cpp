@@ -22,7 +22,8 @@ namespace spattn {
 
 std::vector<int32_t> bigbird_random_blocks(int64_t n, int64_t window_blocks, int64_t global_blocks,
                                            int64_t random_blocks, uint64_t seed, bool causal) {
-  MemoryEstimate("bigbird with " + std::to_string(n) + " blocks and random_blocks=" + std::to_string(random_blocks))
+  MemoryEstimate("bigbird with " + std::to_string(n) + " key blocks (seq_len_k / block) and random_blocks=" +
+                 std::to_string(random_blocks))
       .add("random-block table", bytes_for(bytes_for(n, random_blocks), sizeof(int32_t)))
       .add("draw stamps", bytes_for(n, sizeof(int64_t)))
       .check();

@@ -44,8 +44,8 @@ void BlockMask::validate() const {
   const std::vector<uint8_t>& full = arrays_->kv_full;
   const int64_t q_len = q_len_, k_len = k_len_, block_q = block_q_, block_k = block_k_,
                 num_heads = num_heads_;
-  require(q_len > 0, "q_len must be > 0, got ", q_len);
-  require(k_len > 0, "k_len must be > 0, got ", k_len);
+  require(q_len >= 0, "q_len must be >= 0, got ", q_len);
+  require(k_len >= 0, "k_len must be >= 0, got ", k_len);
   require(block_q > 0, "block_q must be > 0, got ", block_q);
   require(block_k > 0, "block_k must be > 0, got ", block_k);
   require(num_heads > 0, "num_heads must be > 0, got ", num_heads);
@@ -139,7 +139,9 @@ int64_t BlockMask::kept_pairs(int64_t query_heads) const {
 }
 
 double BlockMask::density(int64_t query_heads) const {
-  return static_cast<double>(kept_pairs(query_heads)) /
+  const int64_t kept = kept_pairs(query_heads);
+  if (q_len_ == 0 || k_len_ == 0) return 0.0;  // no pairs at all
+  return static_cast<double>(kept) /
          (static_cast<double>(query_heads) * static_cast<double>(q_len_) * static_cast<double>(k_len_));
 }
 

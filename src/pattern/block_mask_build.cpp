@@ -208,8 +208,8 @@ struct RowEmitter {
 }  // namespace
 
 void check_build_args(const Pattern& pattern, const MaskShape& s) {
-  require(s.q_len > 0, "q_len must be > 0, got ", s.q_len);
-  require(s.k_len > 0, "k_len must be > 0, got ", s.k_len);
+  require(s.q_len >= 0, "q_len must be >= 0, got ", s.q_len);
+  require(s.k_len >= 0, "k_len must be >= 0, got ", s.k_len);
   require(s.block_q > 0, "block_q must be > 0, got ", s.block_q);
   require(s.block_k > 0, "block_k must be > 0, got ", s.block_k);
   require(s.num_heads > 0, "num_heads must be > 0, got ", s.num_heads);
@@ -283,6 +283,7 @@ int64_t BlockMask::build_bytes(const Pattern& pattern, const MaskShape& s) {
   const RowWalker walker{pattern, s, nqb, s.k_len - s.q_len};
   // The middle row of each of kSampledRows equal stretches (every row when fewer).
   const int64_t samples = std::min(rows, kSampledRows);
+  if (samples == 0) return plan_bytes(0, 0);  // Lq == 0: no rows
   std::vector<Interval> intervals;
   double blocks = 0.0;
   for (int64_t n = 0; n < samples; ++n) {

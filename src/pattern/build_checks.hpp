@@ -11,7 +11,7 @@
 namespace spattn {
 
 // Throws spattn::Error naming the parameter unless `shape` is a valid plan
-// shape for `pattern` (positive lengths and block sizes, heads a multiple of
+// shape for `pattern` (lengths >= 0, positive block sizes, heads a multiple of
 // the pattern's, tables made for these lengths, key blocks within int32).
 void check_build_args(const Pattern& pattern, const MaskShape& shape);
 

@@ -132,7 +132,7 @@ Pattern Pattern::dilated(const std::vector<int64_t>& segments, const std::vector
 
 Pattern Pattern::bigbird(int64_t seq_len_k, int64_t block, int64_t window_blocks,
                          int64_t global_blocks, int64_t random_blocks, uint64_t seed, bool causal) {
-  require_positive(seq_len_k, "seq_len_k");
+  require_non_negative(seq_len_k, "seq_len_k");
   require_positive(block, "block");
   require_positive(window_blocks, "window_blocks");
   require_non_negative(global_blocks, "global_blocks");
@@ -170,10 +170,10 @@ Pattern Pattern::longformer(int64_t window, std::vector<int64_t> global_tokens, 
 Pattern Pattern::custom(const std::vector<uint8_t>& blocks, int64_t heads, int64_t rows,
                         int64_t cols, int64_t block_q, int64_t block_k, bool causal) {
   require_positive(heads, "heads");
-  require_positive(rows, "rows");
-  require_positive(cols, "cols");
+  require_non_negative(rows, "rows");
+  require_non_negative(cols, "cols");
   require(cols <= std::numeric_limits<int32_t>::max(), "cols must fit in 32 bits, got ", cols);
-  require(rows <= std::numeric_limits<int64_t>::max() / cols / heads,
+  require(cols == 0 || rows <= std::numeric_limits<int64_t>::max() / cols / heads,
           "heads*rows*cols overflows: heads=", heads, " rows=", rows, " cols=", cols);
   require(static_cast<int64_t>(blocks.size()) == heads * rows * cols,
           "blocks must hold heads*rows*cols = ", heads * rows * cols, " entries, got ", blocks.size());
@@ -196,8 +196,8 @@ Pattern Pattern::custom_bsr(std::vector<int64_t> offsets, std::vector<int32_t> i
                             int64_t heads, int64_t rows, int64_t cols, int64_t block_q,
                             int64_t block_k, bool causal) {
   require_positive(heads, "heads");
-  require_positive(rows, "rows");
-  require_positive(cols, "cols");
+  require_non_negative(rows, "rows");
+  require_non_negative(cols, "cols");
   require_positive(block_q, "block_q");
   require_positive(block_k, "block_k");
   require(cols <= std::numeric_limits<int32_t>::max(), "cols must fit in 32 bits, got ", cols);

@@ -85,7 +85,7 @@ struct detail::PatternDecoder {
             window_blocks);
     require(global_blocks >= 0, "term ", term, ": bigbird global_blocks must be >= 0, got ",
             global_blocks);
-    require(num_blocks > 0, "term ", term, ": bigbird table_rows must be > 0, got ", num_blocks);
+    require(num_blocks >= 0, "term ", term, ": bigbird table_rows must be >= 0, got ", num_blocks);
     require(random_blocks >= 0 && random_blocks <= num_blocks, "term ", term,
             ": bigbird random_blocks must be in [0, ", num_blocks, "], got ", random_blocks);
     for (size_t n = 0; n < random.size(); ++n)
@@ -185,9 +185,9 @@ Pattern decode_term(const int64_t* w, const TableArrays& tables, int64_t term) {
     }
     case static_cast<int64_t>(TermKind::Custom): {
       const int64_t heads = w[kTableHeads], rows = w[kTableRows];
-      require(heads > 0 && rows > 0 && rows <= std::numeric_limits<int64_t>::max() / heads - 1,
-              "term ", term, ": custom table_heads (", heads, ") and table_rows (", rows,
-              ") must be > 0 and small enough to index");
+      require(heads > 0 && rows >= 0 && rows <= std::numeric_limits<int64_t>::max() / heads - 1,
+              "term ", term, ": custom table_heads (", heads, ") must be > 0 and table_rows (", rows,
+              ") >= 0, both small enough to index");
       std::vector<int64_t> offsets = table_slice(tables.i64, tables.i64_size, w[kOffsetsAt],
                                                  heads * rows + 1, "table_i64", "custom offsets", term);
       std::vector<int32_t> indices = table_slice(tables.i32, tables.i32_size, w[kIndicesAt],

@@ -41,7 +41,7 @@ std::string Plan::describe() const { return state().description; }
 
 void validate_call_shape(const BlockMask& mask, const CallShape& shape) {
   require(shape.batch >= 0, "batch must be >= 0, got ", shape.batch);
-  require(shape.q_heads >= 1, "q heads must be >= 1, got ", shape.q_heads);
+  require(shape.q_heads >= 0, "q heads must be >= 0, got ", shape.q_heads);
   require(shape.kv_heads >= 1, "k heads must be >= 1, got ", shape.kv_heads);
   require(shape.q_heads % shape.kv_heads == 0, "q heads (", shape.q_heads, ") must be a multiple of k heads (",
           shape.kv_heads, ")");
@@ -57,7 +57,7 @@ void validate_call_shape(const BlockMask& mask, const CallShape& shape) {
             " per-head patterns, which must divide q heads (", shape.q_heads, ")");
     // The predicate of a head-dependent pattern reads the query head index, so
     // its plan must have been built with one mask head per query head.
-    require(!pattern->head_dependent() || mask.num_heads() == shape.q_heads,
+    require(!pattern->head_dependent() || shape.q_heads == 0 || mask.num_heads() == shape.q_heads,
             "the mask's pattern depends on the head, so the mask must be built for q heads (", shape.q_heads,
             "), got a mask of ", mask.num_heads(), " heads");
   }

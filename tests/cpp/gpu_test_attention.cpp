@@ -1,9 +1,10 @@
 // tests/cpp/gpu_test_attention.cpp - the fused CUDA kernel against the fp64
 // reference: every pattern, both dtypes, every head dim, odd lengths,
-// Lq != Lk, GQA, both layouts, rows with no allowed key, and mask block sizes
-// from 16 to 256 on both sides (independent of the kernel tile).
+// Lq != Lk, GQA, both layouts, rows with no allowed key, empty shapes, and
+// mask block sizes from 16 to 256 on both sides (independent of the kernel tile).
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -218,6 +219,34 @@ TEST(GpuSanitizerSmall, EachKernelPath) {
   expect_matches_reference(pr, 8);
   const ForcedTile sm80_narrow(cuda_detail::force_sm80_wide_tile, false);
   expect_matches_reference(bigbird_on_blocks_of_64(64), 9);
+}
+
+// Empty shapes through attention() on the CUDA backend (attention.hpp): an
+// empty out is left alone; with no key (Lk = 0, k and v null) every row of a
+// poisoned out is 0 and its LSE -inf, in a (B, L, H, D) layout and fp32 out.
+TEST(GpuAttention, EmptyShapes) {
+  SPATTN_REQUIRE_GPU();
+  AttentionOptions options;
+  options.backend = Backend::Cuda;
+  const TensorView none = make_bhld(nullptr, DType::BF16, 2, 2, 0, 64);
+  EXPECT_NO_THROW(attention(none, none, none, none, BlockMask::build(Pattern::causal(), {0, 0, 64, 64, 1}), options));
+  for (const DType out_dtype : {DType::BF16, DType::F32}) {
+    HostTensor q(DType::BF16, 2, 4, 37, 64, Layout::BLHD), out(out_dtype, 2, 4, 37, 64, Layout::BLHD);
+    HostTensor lse(DType::F32, 2, 4, 37, 1);
+    std::mt19937_64 rng(950);
+    q.fill_random(rng);
+    DeviceTensor dq(q), dout(out), dlse(lse);
+    dout.poison();
+    dlse.poison();
+    const TensorView no_keys = make_bhld(nullptr, DType::BF16, 2, 2, 0, 64);
+    attention(dq.view(), no_keys, no_keys, dout.view(), BlockMask::build(Pattern::dense(), {37, 0, 64, 64, 1}),
+              options, &dlse.view());
+    cuda_ok(cudaDeviceSynchronize(), "rows without keys");
+    dout.copy_to(out);
+    dlse.copy_to(lse);
+    for (const double x : out.to_double()) ASSERT_EQ(x, 0.0);
+    for (const double x : lse.to_double()) ASSERT_EQ(x, -std::numeric_limits<double>::infinity());
+  }
 }
 
 TEST(GpuAttention, NaiveBaseline) {

@@ -4,8 +4,8 @@
 //
 // Equality is exact: the device builder must keep the same blocks with the
 // same full flags in the same order as BlockMask::build, for every pattern
-// kind, composites and per-head mixes, odd lengths, Lq != Lk both ways, and
-// block sizes from 1 to 256 on either side.
+// kind, composites and per-head mixes, odd lengths, Lq != Lk both ways, zero
+// lengths, and block sizes from 1 to 256 on either side.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -143,14 +143,23 @@ TEST(DeviceMaskBuild, AttentionWithDeviceBuiltMask) {
                            2, 128, 6);
 }
 
+TEST(DeviceMaskBuild, ZeroLengthsGiveTheHostsEmptyPlans) {
+  SPATTN_REQUIRE_GPU();
+  const Pattern mix = Pattern::per_head({Pattern::causal(), Pattern::dilated({64}, {2})});
+  for (const MaskShape& s : {MaskShape{0, 100, 64, 64, 2}, MaskShape{100, 0, 64, 64, 2}, MaskShape{0, 0, 16, 16, 2}}) {
+    expect_same_plan(Pattern::causal(), s, "causal");
+    expect_same_plan(mix, s, "per-head mix");
+  }
+}
+
 TEST(DeviceMaskBuild, ErrorsNameTheParameter) {
   SPATTN_REQUIRE_GPU();
   expect_error_containing([] { cuda_build_mask(Pattern::causal(), MaskShape{100, 100, 0, 64, 1}); },
                           "block_q must be > 0, got 0");
   expect_error_containing([] { cuda_build_mask(Pattern::causal(), MaskShape{100, 100, 64, -3, 1}); },
                           "block_k must be > 0, got -3");
-  expect_error_containing([] { cuda_build_mask(Pattern::causal(), MaskShape{0, 100, 64, 64, 1}); },
-                          "q_len must be > 0, got 0");
+  expect_error_containing([] { cuda_build_mask(Pattern::causal(), MaskShape{-1, 100, 64, 64, 1}); },
+                          "q_len must be >= 0, got -1");
   expect_error_containing(
       [] { cuda_build_mask(Pattern::per_head({Pattern::causal(), Pattern::dense()}), MaskShape{64, 64, 16, 16, 3}); },
       "num_heads (3) must be a multiple");

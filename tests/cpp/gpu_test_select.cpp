@@ -13,7 +13,7 @@
 // runs through the fused kernel, CudaDynamicAttention (select then attend on
 // the device) equals the fused kernel run on its downloaded masks and the
 // fp64 reference, also when replayed from a CUDA graph, and bad inputs are
-// rejected. Antidiagonal sampling: the device block scores against an fp64
+// rejected, buffers larger than the device refused. Antidiagonal sampling: the device block scores against an fp64
 // brute force and the masks against the host's; exact ties between copied key
 // blocks go to the lower index as on the host.
 #include <gtest/gtest.h>
@@ -25,6 +25,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <string>
 
 #include "cuda/select/block_selector.hpp"
 #include "gpu_test_support.hpp"
@@ -551,6 +552,26 @@ TEST(GpuSelect, RejectsWhatItCannotRun) {
   EXPECT_THROW(selector.view(1), Error);
   const SelectConfig untiled = make_config(64, 64, 2, {}, true, 1, 1, 0, 0, false);
   EXPECT_THROW(CudaDynamicAttention(untiled, 1, 2, 2, 256, 256, 64, 0.125), Error);  // block_q < 128
+}
+
+// 2^14 query heads over 2^16 query blocks pool 512 GiB of q: refused before
+// any allocation, naming the selection's parameters and the device memory.
+TEST(GpuSelect, BuffersLargerThanTheDeviceAreRefusedAtOnce) {
+  SPATTN_REQUIRE_GPU();
+  const SelectConfig c = make_config(64, 64, 2, {}, true, 1, 1, 0, 0, false);
+  const SelectShape huge{1, int64_t{1} << 14, 1, int64_t{1} << 22, 4096, 128};
+  try {
+    BlockSelector selector(c, huge);
+    FAIL() << "a selector of 512 GiB was made";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("CUDA selector (batch=1, q_heads=16384, kv_heads=1, q_len=4194304"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("pooled q 512 GiB"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("of device memory are available"), std::string::npos) << msg;
+  }
+  EXPECT_THROW(CudaDynamicAttention(make_config(128, 64, 2, {}, true, 1, 1, 0, 0, false), 1, int64_t{1} << 14, 1,
+                                    int64_t{1} << 22, 4096, 128, 0.125),
+               Error);
 }
 
 }  // namespace

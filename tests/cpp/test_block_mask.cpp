@@ -353,8 +353,8 @@ TEST(BlockMaskBsr, RejectsBadArrays) {
   expect_bsr_rejected({0, 1}, {0}, {1}, {"block_q", "0"}, true, 0);
   expect_bsr_rejected({0, 1}, {0}, {1}, {"block_q", "-4"}, true, -4);
   try {
-    BlockMask(0, 10, 4, 4, 1, {0}, {}, {});
-    ADD_FAILURE() << "q_len 0 accepted";
+    BlockMask(-1, 10, 4, 4, 1, {0}, {}, {});
+    ADD_FAILURE() << "q_len -1 accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("q_len"), std::string::npos) << e.what();
   }

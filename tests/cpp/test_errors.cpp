@@ -76,7 +76,7 @@ TEST(Errors, DilatedSegmentsAndRates) {
 }
 
 TEST(Errors, BigBirdParameters) {
-  EXPECT_SPATTN_ERROR(Pattern::bigbird(0, 16), "seq_len_k", "0");
+  EXPECT_SPATTN_ERROR(Pattern::bigbird(-1, 16), "seq_len_k", "-1");
   EXPECT_SPATTN_ERROR(Pattern::bigbird(256, 0), "block", "0");
   EXPECT_SPATTN_ERROR(Pattern::bigbird(256, 16, 0), "window_blocks", "0");
   EXPECT_SPATTN_ERROR(Pattern::bigbird(256, 16, 3, -1), "global_blocks", "-1");
@@ -102,7 +102,7 @@ TEST(Errors, CustomBlockMatrix) {
   EXPECT_SPATTN_ERROR(Pattern::custom({1, 0, 1}, 1, 2, 2, 4, 4), "blocks", "4", "3");
   EXPECT_SPATTN_ERROR(Pattern::custom({1, 0, 2, 1}, 1, 2, 2, 4, 4), "blocks", "2");
   EXPECT_SPATTN_ERROR(Pattern::custom({1}, 0, 1, 1, 4, 4), "heads", "0");
-  EXPECT_SPATTN_ERROR(Pattern::custom({}, 1, 0, 1, 4, 4), "rows", "0");
+  EXPECT_SPATTN_ERROR(Pattern::custom({}, 1, -2, 1, 4, 4), "rows", "-2");
   EXPECT_SPATTN_ERROR(Pattern::custom({}, 1, 1, -1, 4, 4), "cols", "-1");
   EXPECT_SPATTN_ERROR(Pattern::custom({1}, 1, 1, 1, 0, 4), "block_q", "0");
   EXPECT_SPATTN_ERROR(Pattern::custom({1}, 1, 1, 1, 4, -4), "block_k", "-4");
@@ -159,7 +159,7 @@ TEST(Errors, TooManyUnionTerms) {
 
 TEST(Errors, MaskShapes) {
   const Pattern p = Pattern::causal();
-  EXPECT_SPATTN_ERROR(BlockMask::build(p, {0, 16, 8, 8, 1}), "q_len", "0");
+  EXPECT_SPATTN_ERROR(BlockMask::build(p, {-1, 16, 8, 8, 1}), "q_len", "-1");
   EXPECT_SPATTN_ERROR(BlockMask::build(p, {16, -3, 8, 8, 1}), "k_len", "-3");
   EXPECT_SPATTN_ERROR(BlockMask::build(p, {16, 16, 0, 8, 1}), "block_q", "0");
   EXPECT_SPATTN_ERROR(BlockMask::build(p, {16, 16, 8, -8, 1}), "block_k", "-8");

@@ -2,7 +2,8 @@
 // saturate instead of overflowing, the message of a refused request, the
 // estimate of BlockMask::build against the plans it builds, and refusals
 // that come at once, before anything large is allocated, from the mask
-// builder, the BigBird table and the host selection. Refusals are provoked
+// builder, the BigBird table and the host selection; the same check against
+// another memory (a GPU's). Refusals are provoked
 // with an address-space limit (setrlimit) in a child process, so they do not
 // depend on the machine's memory.
 #include <gtest/gtest.h>
@@ -58,6 +59,22 @@ TEST(Memory, RefusalNamesRequestBytesAndAvailable) {
     EXPECT_NE(msg.find("of memory are available"), std::string::npos) << msg;
   }
   EXPECT_NO_THROW(MemoryEstimate("small").add("a few bytes", 64).check());
+}
+
+// Another memory (the CUDA backend's: a GPU's free memory) is checked the
+// same way against the amount given, and named in the message.
+TEST(Memory, RefusalAgainstAnotherMemoryNamesIt) {
+  const MemoryEstimate need = MemoryEstimate("CUDA selector (batch=2)").add("pooled q", 900);
+  EXPECT_NO_THROW(need.check(1200, "device memory"));  // 900 <= 80% of 1200
+  try {
+    need.check(1000, "device memory");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("CUDA selector (batch=2) needs 900 bytes (900 bytes: pooled q 900 bytes)"), std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("but only 1000 bytes (1000 bytes) of device memory are available"), std::string::npos) << msg;
+  }
 }
 
 // The estimate is exact for patterns whose rows all keep as many blocks, and

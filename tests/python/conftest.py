@@ -1,4 +1,6 @@
-"""Shared fixtures of the Python tests; tests marked `gpu` are skipped without CUDA."""
+"""Shared fixtures of the Python tests; tests marked `gpu` are skipped without CUDA; the fuzz count."""
+import sys
+
 import pytest
 import torch
 
@@ -23,3 +25,14 @@ def rng():
     """A fresh, seeded generator per test: inputs are random, never zeros."""
     return torch.Generator().manual_seed(1234)
 
+
+
+def pytest_terminal_summary(terminalreporter):
+    """How many generated cases test_fuzz.py ran, by test and outcome."""
+    fuzz = sys.modules.get("test_fuzz")
+    if fuzz is None or not fuzz.CASES:
+        return
+    counts = fuzz.CASES
+    terminalreporter.write_sep("-", f"hypothesis: {sum(counts.values())} generated cases ran")
+    for outcome, count in sorted(counts.items()):
+        terminalreporter.write_line(f"{count:6d}  {outcome}")

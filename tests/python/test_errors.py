@@ -103,12 +103,35 @@ def test_pattern_parameters_are_named():
         patterns.longformer(100, window=8, global_tokens=[3, 3])
     with pytest.raises(ValueError, match=r"global_tokens must be < Lk \(100\), got 100"):
         patterns.longformer(100, window=8, global_tokens=[100])
-    with pytest.raises(ValueError, match="seq_len must be >= 1, got 0"):
-        patterns.causal(0)
+    with pytest.raises(ValueError, match="seq_len must be >= 0, got -1"):
+        patterns.causal(-1)
+    with pytest.raises(ValueError, match="seq_len_k must be >= 0, got -3"):
+        patterns.sliding_window(10, -3, window=2)
     with pytest.raises(ValueError, match="block_size must be >= 1, got 0"):
         patterns.causal(10, block_size=0)
     with pytest.raises(ValueError, match="sink must be >= 0, got -2"):
         patterns.streaming(10, sink=-2, window=3)
+
+
+def test_values_beyond_int64_and_unknown_devices_are_named():
+    with pytest.raises(ValueError, match=r"seq_len must be < 2\^63, got 9223372036854775808"):
+        patterns.causal(2**63)
+    with pytest.raises(ValueError, match=r"segments\[0\] must be < 2\^63"):
+        patterns.dilated(64, segments=[10**30], rates=[1])
+    with pytest.raises(ValueError, match="device must name a device, got 'nowhere'"):
+        patterns.causal(64, device="nowhere")
+    with pytest.raises(TypeError, match="device must be a torch.device, a string or an int, got float"):
+        patterns.causal(64, device=1.5)
+
+
+def test_cuda_backend_on_host_tensors_is_refused_for_empty_calls_too():
+    for q in (torch.randn(1, 2, 0, 8), torch.randn(0, 2, 5, 8)):
+        with pytest.raises(ValueError, match="backend 'cuda' needs CUDA tensors"):
+            spattn.attention(q, q, q, backend="cuda")
+    cu = torch.zeros(2, dtype=torch.int32)
+    q = torch.randn(0, 2, 8)
+    with pytest.raises(ValueError, match="backend 'cuda' needs CUDA tensors"):
+        spattn.attention_varlen(q, q, q, cu, cu, 0, 0, backend="cuda")
 
 
 def test_combining_masks_of_other_geometry():
@@ -127,8 +150,8 @@ def test_from_dense_checks():
         spattn.BlockMask.from_dense(torch.ones(2, 2))
     with pytest.raises(ValueError, match=r"block_bool must be \(nqb, nkb\) or \(H, nqb, nkb\)"):
         spattn.BlockMask.from_dense(torch.ones(2, dtype=torch.bool))
-    with pytest.raises(ValueError, match=r"block_bool must hold at least one block on each axis, got shape \(3, 0\)"):
-        spattn.BlockMask.from_dense(torch.ones(3, 0, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"block_bool must have at least one head, got shape \(0, 2, 3\)"):
+        spattn.BlockMask.from_dense(torch.ones(0, 2, 3, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"block_bool has 2 x 2 blocks but seq_lengths \(300, 100\)"):
         spattn.BlockMask.from_dense(torch.ones(2, 2, dtype=torch.bool), block_size=64, seq_lengths=(300, 100))
 

@@ -7,6 +7,7 @@
 // the colours.
 #include <chrono>
 #include <iostream>
+#include <optional>
 
 #include "commands.hpp"
 #include "dynamic_pattern.hpp"
@@ -22,9 +23,13 @@ namespace spattn::cli {
 namespace {
 
 int mask_main(const Args& args) {
-  const int64_t q_len = args.find_int("seq", 1).value_or(0);
-  require(q_len > 0, "spattn mask needs --seq L");
-  const int64_t k_len = args.get_int("seq-k", q_len, 1);
+  // The library takes zero lengths; a mask of them has no picture to draw.
+  const std::optional<int64_t> seq = args.find_int("seq", 0);
+  require(seq.has_value(), "spattn mask needs --seq L");
+  const int64_t q_len = *seq;
+  const int64_t k_len = args.get_int("seq-k", q_len, 0);
+  require(q_len > 0 && k_len > 0, "spattn mask draws pictures and needs --seq and --seq-k >= 1, got --seq ", q_len,
+          " --seq-k ", k_len, " (the mask of a zero length is empty)");
   const int64_t heads = args.get_int("heads", 1, 1);
   const int64_t head = args.get_int("head", 0, 0);
   require(head < heads, "--head must be < --heads (", heads, "), got ", head);

@@ -6,10 +6,13 @@
 // per second, where kept_pairs counts every (batch, head, query, key) the mask
 // allows. --check compares the
 // output with the fp64 reference and fails (exit 1) above the dtype's tolerance.
+// Zero lengths and batches run as the library runs them (an empty problem:
+// no pair kept, nothing timed but the call itself).
 // What it will allocate is checked against the memory available first.
 #include <chrono>
 #include <iostream>
 #include <limits>
+#include <optional>
 
 #include "attention_job.hpp"
 #include "commands.hpp"
@@ -70,10 +73,11 @@ void print_json(const ProblemShape& s, Backend backend, const PatternSetup& setu
 
 int run_main(const Args& args) {
   ProblemShape s;
-  s.q_len = args.find_int("seq", 1).value_or(0);
-  require(s.q_len > 0, "spattn run needs --seq L");
-  s.k_len = args.get_int("seq-k", s.q_len, 1);
-  s.batch = args.get_int("batch", 1, 1);
+  const std::optional<int64_t> seq = args.find_int("seq", 0);
+  require(seq.has_value(), "spattn run needs --seq L");
+  s.q_len = *seq;
+  s.k_len = args.get_int("seq-k", s.q_len, 0);
+  s.batch = args.get_int("batch", 1, 0);
   s.heads = args.get_int("heads", 1, 1);
   s.kv_heads = args.get_int("kv-heads", s.heads, 1);
   require(s.heads % s.kv_heads == 0, "--heads (", s.heads, ") must be a multiple of --kv-heads (",
@@ -87,7 +91,11 @@ int run_main(const Args& args) {
   const uint64_t seed = static_cast<uint64_t>(args.get_int("seed", 0, 0));
   const bool check = args.flag("check");
   const bool json = args.flag("json");
-  if (is_dynamic_pattern(args)) return run_dynamic(args, s, requested, repeats, seed, check, json);
+  if (is_dynamic_pattern(args)) {
+    require(s.batch > 0 && s.q_len > 0 && s.k_len > 0, "--pattern topk selects blocks from the inputs and needs ",
+            "--batch, --seq and --seq-k >= 1, got --batch ", s.batch, " --seq ", s.q_len, " --seq-k ", s.k_len);
+    return run_dynamic(args, s, requested, repeats, seed, check, json);
+  }
   const PatternSetup setup = pattern_from_flags(args, s.q_len, s.k_len, s.heads);
   args.require_all_used("to --pattern " + setup.label);
   const Backend backend = resolve_backend(requested);
@@ -96,6 +104,7 @@ int run_main(const Args& args) {
   need.add("block mask", BlockMask::build_bytes(setup.pattern, setup.shape));
   if (check) need.add("fp64 reference output", reference_bytes(s));
   need.check();
+  check_device_memory(size_request(args), backend, input_bytes(s));
 
   progress_line("making the inputs");
   AttentionJob job(s, backend, seed);
@@ -108,8 +117,8 @@ int run_main(const Args& args) {
   r.timing = time_median([&] { job.run(mask); }, repeats, std::numeric_limits<double>::infinity());
   r.kept_pairs = mask.kept_pairs(s.heads) * s.batch;
   r.density = mask.density(s.heads);
-  r.gflops = 4.0 * static_cast<double>(r.kept_pairs) * static_cast<double>(s.head_dim) /
-             r.timing.median_s / 1e9;
+  const double flops = 4.0 * static_cast<double>(r.kept_pairs) * static_cast<double>(s.head_dim);
+  r.gflops = flops > 0.0 ? flops / r.timing.median_s / 1e9 : 0.0;  // an empty problem does no work
   if (check) {
     progress_line("checking against the fp64 reference");
     r.check = judge_error(job.error_against_reference(mask), s.dtype);
@@ -128,9 +137,9 @@ int run_main(const Args& args) {
 Command run_command() {
   using K = FlagKind;
   std::vector<FlagSpec> flags = {
-      {"seq", K::Value, "L", "query length (required)"},
-      {"seq-k", K::Value, "L", "key length (default --seq; queries are bottom-right aligned)"},
-      {"batch", K::Value, "B", "batch size (default 1)"},
+      {"seq", K::Value, "L", "query length, 0 or more (required)"},
+      {"seq-k", K::Value, "L", "key length, 0 or more (default --seq; queries are bottom-right aligned)"},
+      {"batch", K::Value, "B", "batch size, 0 or more (default 1)"},
       {"heads", K::Value, "H", "query heads (default 1)"},
       {"kv-heads", K::Value, "H", "key/value heads, divides --heads (default --heads)"},
       {"head-dim", K::Value, "D", "head dimension (default 64)"},

@@ -395,6 +395,7 @@ int run_dynamic(const Args& args, const ProblemShape& s, Backend requested, int6
   args.require_all_used("to --pattern topk");
   const Backend backend = resolve_backend(requested);
   dynamic_memory(size_request(args), s, config, options).check();
+  check_device_memory(size_request(args), backend, input_bytes(s));
   const DynamicMeasurement r = measure_dynamic(s, backend, config, options);
   if (json)
     print_json(s, backend, config, r);

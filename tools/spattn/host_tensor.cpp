@@ -28,8 +28,8 @@ HostTensor::HostTensor(const std::string& what, DType dtype, int64_t B, int64_t 
   const int64_t dims[4] = {B, H, L, D};
   int64_t count = 1;
   for (int64_t d : dims) {
-    require(d > 0, what, ": every dimension must be > 0, got (", B, ", ", H, ", ", L, ", ", D, ")");
-    require(count <= std::numeric_limits<int64_t>::max() / d / 8, what, ": (", B, ", ", H, ", ",
+    require(d >= 0, what, ": every dimension must be >= 0, got (", B, ", ", H, ", ", L, ", ", D, ")");
+    require(d == 0 || count <= std::numeric_limits<int64_t>::max() / d / 8, what, ": (", B, ", ", H, ", ",
             L, ", ", D, ") elements overflow 64 bits");
     count *= d;
   }

@@ -6,6 +6,11 @@
 #include <algorithm>
 
 #include "spattn/dtype.hpp"
+#include "spattn/error.hpp"
+
+#if defined(SPATTN_HAVE_CUDA)
+#include "spattn/cuda.hpp"
+#endif
 
 namespace spattn::cli {
 
@@ -28,6 +33,17 @@ int64_t reference_bytes(const ProblemShape& s) {
 
 int64_t naive_scratch_bytes(int64_t q_len, int64_t k_len) {
   return bytes_for(bytes_for(q_len, k_len), sizeof(float) * std::max(1, omp_get_max_threads()));
+}
+
+void check_device_memory(const std::string& request, Backend backend, int64_t bytes) {
+  if (backend != Backend::Cuda) return;
+#if defined(SPATTN_HAVE_CUDA)
+  cuda_check_memory(MemoryEstimate(request).add("q, k, v and out on the GPU", bytes));
+#else
+  (void)request;
+  (void)bytes;
+  fail("backend cuda: this spattn was built without CUDA");
+#endif
 }
 
 BlockMask build_checked(const PatternSetup& setup, const std::string& request) {

@@ -28,6 +28,11 @@ int64_t reference_bytes(const ProblemShape& s);
 // The naive dense baseline's score matrices (one per thread).
 int64_t naive_scratch_bytes(int64_t q_len, int64_t k_len);
 
+// On the CUDA backend, `bytes` of device buffers (the device copies of q, k,
+// v and out) against the GPU's free memory, named by `request`; nothing on
+// the host backends.
+void check_device_memory(const std::string& request, Backend backend, int64_t bytes);
+
 // Checks the mask of `setup` against the memory available, then builds it.
 BlockMask build_checked(const PatternSetup& setup, const std::string& request);
 

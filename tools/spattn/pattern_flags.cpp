@@ -90,7 +90,7 @@ Pattern random_from_flags(const PartContext& c) {
   const double density = c.args.get_double("density", kDefaultDensity, 0.0, 1.0);
   const uint64_t seed = static_cast<uint64_t>(c.args.get_int("seed", 0, 0));
   const int64_t rows = ceil_div(c.q_len, c.block_q), cols = ceil_div(c.k_len, c.block_k);
-  require(rows <= kRandomMaxBlocks / cols, "--pattern random draws every block of its ", rows, " x ", cols,
+  require(cols == 0 || rows <= kRandomMaxBlocks / cols, "--pattern random draws every block of its ", rows, " x ", cols,
           " grid, more than ", kRandomMaxBlocks, " blocks; use larger --block-q/--block-k or shorter --seq");
   const double expected = density * static_cast<double>(rows) * static_cast<double>(cols) + 2.0 * static_cast<double>(rows);
   MemoryEstimate("--pattern random --density " + format_double(density) + " on " + std::to_string(rows) + " x " +

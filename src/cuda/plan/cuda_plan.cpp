@@ -218,6 +218,9 @@ std::shared_ptr<const CudaPlan> make_cuda_plan(const BlockMask& mask, const Call
   scratch_pool();
   auto plan = std::make_shared<CudaPlan>();
   plan->device = device;
+  // A call with no row to write or no key to read launches no kernel
+  // (attention() writes rows without keys itself).
+  if (shape.batch == 0 || shape.q_heads == 0 || mask.q_len() == 0 || mask.k_len() == 0) return plan;
   MaskFacts facts(mask);
   FwdParams call = shape_params(shape, mask);
 
@@ -275,6 +278,7 @@ std::shared_ptr<const CudaPlan> make_cuda_plan(const BlockMask& mask, const Call
 }
 
 std::string describe(const CudaPlan& plan) {
+  if (plan.passes.empty()) return "cuda, nothing to launch (an empty call)";
   std::ostringstream s;
   s << "cuda " << (plan.sm90 ? "sm90" : "sm80") << ", tile " << plan.tile.rows << "x" << plan.tile.cols;
   if (plan.packing != HeadPacking::None)

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <array>
 #include <limits>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "cuda/common/cuda_check.hpp"
@@ -15,6 +17,7 @@
 #include "select/select_config.hpp"
 #include "spattn/cuda.hpp"
 #include "spattn/error.hpp"
+#include "spattn/memory.hpp"
 
 namespace spattn::cuda_detail {
 namespace {
@@ -139,13 +142,26 @@ BlockSelector::BlockSelector(const SelectConfig& config, const SelectShape& shap
              "cudaFuncSetAttribute(score_select_kernel)");
   if (params_.stride > 0) set_sample_smem_limit(params_, shape.head_dim, optin);
 
+  // Sizes in saturating arithmetic (spattn/memory.hpp): the checks above
+  // bound the (batch, head, block) counts, not their products with nkb or D.
   const int64_t B = shape.batch, D = shape.head_dim, entries = B * rows * capacity_;
+  const int64_t pooled_rows = B * shape.q_heads * nqb, pooled_cols = B * shape.kv_heads * nkb;
+  const int64_t sampled_bytes = params_.stride > 0 ? bytes_for(bytes_for(pooled_rows, nkb), sizeof(float)) : 0;
+  const int64_t pooled_q_bytes = params_.stride > 0 ? 0 : bytes_for(bytes_for(pooled_rows, D), sizeof(float));
+  const int64_t pooled_k_bytes = params_.stride > 0 ? 0 : bytes_for(bytes_for(pooled_cols, D), sizeof(float));
+  const int64_t list_bytes = bytes_for(entries, 2 * (sizeof(int32_t) + sizeof(uint8_t)));
+  const int64_t row_bytes = add_bytes(bytes_for(B * rows, sizeof(int32_t)), bytes_for(B * (rows + 1), sizeof(int64_t)));
+  MemoryEstimate need(select_request("CUDA selector", config, shape));
+  need.add("sampled scores", sampled_bytes).add("pooled q", pooled_q_bytes).add("pooled k", pooled_k_bytes);
+  need.add("block lists", list_bytes).add("row counts and offsets", row_bytes);
+  cuda_check_memory(need);
+
   buffers_ = std::make_unique<Buffers>();
   if (params_.stride > 0) {
-    buffers_->sampled = device_alloc(sizeof(float) * B * shape.q_heads * nqb * nkb, "cudaMalloc(sampled scores)");
+    buffers_->sampled = device_alloc(static_cast<size_t>(sampled_bytes), "cudaMalloc(sampled scores)");
   } else {
-    buffers_->pooled_q = device_alloc(sizeof(float) * B * shape.q_heads * nqb * D, "cudaMalloc(pooled q)");
-    buffers_->pooled_k = device_alloc(sizeof(float) * B * shape.kv_heads * nkb * D, "cudaMalloc(pooled k)");
+    buffers_->pooled_q = device_alloc(static_cast<size_t>(pooled_q_bytes), "cudaMalloc(pooled q)");
+    buffers_->pooled_k = device_alloc(static_cast<size_t>(pooled_k_bytes), "cudaMalloc(pooled k)");
   }
   buffers_->counts = device_alloc(sizeof(int32_t) * B * rows, "cudaMalloc(row counts)");
   buffers_->slots = device_alloc(sizeof(int32_t) * entries, "cudaMalloc(row slots)");
@@ -153,6 +169,14 @@ BlockSelector::BlockSelector(const SelectConfig& config, const SelectShape& shap
   buffers_->row_offsets = device_alloc(sizeof(int64_t) * B * (rows + 1), "cudaMalloc(row offsets)");
   buffers_->kv_indices = device_alloc(sizeof(int32_t) * entries, "cudaMalloc(kv indices)");
   buffers_->kv_full = device_alloc(sizeof(uint8_t) * entries, "cudaMalloc(kv full)");
+}
+
+std::string select_request(const char* what, const SelectConfig& config, const SelectShape& shape) {
+  std::ostringstream os;
+  os << what << " (batch=" << shape.batch << ", q_heads=" << shape.q_heads << ", kv_heads=" << shape.kv_heads
+     << ", q_len=" << shape.q_len << ", k_len=" << shape.k_len << ", head_dim=" << shape.head_dim
+     << ", block_q=" << config.block_q << ", block_k=" << config.block_k << ")";
+  return os.str();
 }
 
 BlockSelector::~BlockSelector() = default;

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "select/select_rules.hpp"
 #include "spattn/block_mask.hpp"
@@ -27,6 +28,10 @@ namespace spattn::cuda_detail {
 struct SelectShape {
   int64_t batch = 1, q_heads = 1, kv_heads = 1, q_len = 0, k_len = 0, head_dim = 0;
 };
+
+// "<what> (batch=..., q_heads=..., ..., block_q=..., block_k=...)": a
+// selection's parameters, as the memory guards of its buffers name them.
+std::string select_request(const char* what, const SelectConfig& config, const SelectShape& shape);
 
 class BlockSelector {
  public:

@@ -17,6 +17,7 @@
 #include "cuda/plan/device_mask_copy.hpp"
 #include "spattn/cuda.hpp"
 #include "spattn/error.hpp"
+#include "spattn/memory.hpp"
 #include "spattn/pattern_terms.hpp"
 
 namespace spattn::cuda_detail {
@@ -141,6 +142,10 @@ struct DynamicAttention::Items {
                "cub::DeviceRadixSort (scratch size)");
     sort_scratch = device_alloc(sort_scratch_bytes, "cudaMalloc(work item sort scratch)");
   }
+  // Device bytes of `count` items with their sort keys and order (the sort's scratch aside).
+  static int64_t bytes(int64_t count) {
+    return bytes_for(count, 2 * (sizeof(WorkItem) + sizeof(uint64_t) + sizeof(int32_t)));
+  }
   WorkItem* items() const { return static_cast<WorkItem*>(data.get()); }
   WorkItem* items_in_tile_order() const { return static_cast<WorkItem*>(in_tile_order.get()); }
   uint64_t* key(int64_t at) const { return static_cast<uint64_t*>(keys.get()) + at; }
@@ -171,6 +176,8 @@ DynamicAttention::DynamicAttention(const SelectConfig& config, const SelectShape
   const int64_t per_batch = selector_->mask_heads() * num_q_tiles_;
   require(shape.batch * per_batch <= INT32_MAX, "CUDA dynamic attention: ", shape.batch * per_batch,
           " work items (batch x mask heads x query tiles) exceed 2^31 - 1");
+  cuda_check_memory(MemoryEstimate(select_request("CUDA dynamic attention", config, shape))
+                        .add("work items", Items::bytes(shape.batch * per_batch)));
   items_ = std::make_unique<Items>(shape.batch, selector_->mask_heads(), per_batch, selector_->capacity());
 }
 

@@ -75,6 +75,8 @@ void validate_call_shape(const BlockMask& mask, const CallShape& shape) {
 Backend plan_backend(Backend requested, int device) {
   const bool on_device = device >= 0;
   const Backend backend = requested == Backend::Auto ? (on_device ? Backend::Cuda : Backend::Cpu) : requested;
+  // Tensors on a device prove the CUDA backend is there (the common case, asked at every call).
+  if (backend == Backend::Cuda && on_device) return backend;
   require(backend_available(backend), "backend '", backend_name(backend),
           "' is not available in this build or on this machine");
   if (backend == Backend::Cuda)

@@ -20,26 +20,15 @@
 
 #include "pattern/block_classify.hpp"
 #include "pattern/build_checks.hpp"
+#include "pattern/key_intervals.hpp"
 #include "spattn/block_mask.hpp"
 #include "spattn/error.hpp"
 #include "spattn/memory.hpp"
 
 namespace spattn {
-namespace {
 
-struct Interval {
-  int64_t lo, hi;  // inclusive key positions
-};
-
-using pattern_math::ceil_div;
-
-// Plans of fewer rows are built on one thread.
-constexpr int64_t kMinParallelRows = 64;
-
-// Appends intervals covering every key the term may allow for query rows
-// [i0, i1] at positions [p0, p1]. Bounds may fall outside [0, Lk).
 void term_key_intervals(const PatternTerm& t, int64_t h, int64_t i0, int64_t i1, int64_t p0,
-                        int64_t p1, int64_t k_len, std::vector<Interval>& out) {
+                        int64_t p1, int64_t k_len, std::vector<KeyInterval>& out) {
   using pattern_math::floor_div;
   const size_t first = out.size();
   switch (t.kind) {
@@ -130,27 +119,29 @@ void term_key_intervals(const PatternTerm& t, int64_t h, int64_t i0, int64_t i1,
   }
 }
 
-int64_t interval_cover(const std::vector<Interval>& v, size_t first) {
+namespace {
+
+int64_t interval_cover(const std::vector<KeyInterval>& v) {
   int64_t n = 0;
-  for (size_t at = first; at < v.size(); ++at) n += std::max<int64_t>(0, v[at].hi - v[at].lo + 1);
+  for (const KeyInterval& iv : v) n += std::max<int64_t>(0, iv.hi - iv.lo + 1);
   return n;
 }
 
-// Candidate intervals for the whole expression: the union of its terms' for
-// OR; for AND, the smallest of its terms' (any superset will do).
+}  // namespace
+
 void expr_key_intervals(const PatternExpr& e, int64_t h, int64_t i0, int64_t i1, int64_t p0,
-                        int64_t p1, int64_t k_len, std::vector<Interval>& out) {
+                        int64_t p1, int64_t k_len, std::vector<KeyInterval>& out) {
   out.clear();
   if (e.op == ExprOp::Or) {
     for (int32_t n = 0; n < e.num_terms; ++n) term_key_intervals(e.terms[n], h, i0, i1, p0, p1, k_len, out);
     return;
   }
-  std::vector<Interval> best, trial;
+  std::vector<KeyInterval> best, trial;
   int64_t best_cover = std::numeric_limits<int64_t>::max();
   for (int32_t n = 0; n < e.num_terms; ++n) {
     trial.clear();
     term_key_intervals(e.terms[n], h, i0, i1, p0, p1, k_len, trial);
-    const int64_t cover = interval_cover(trial, 0);
+    const int64_t cover = interval_cover(trial);
     if (cover < best_cover) {
       best_cover = cover;
       best.swap(trial);
@@ -158,6 +149,13 @@ void expr_key_intervals(const PatternExpr& e, int64_t h, int64_t i0, int64_t i1,
   }
   out.swap(best);
 }
+
+namespace {
+
+using pattern_math::ceil_div;
+
+// Plans of fewer rows are built on one thread.
+constexpr int64_t kMinParallelRows = 64;
 
 // Appends the kept blocks of one (head, query block) row over a range of key
 // blocks, in order. A range whose whole rectangle the closed forms call full
@@ -242,15 +240,15 @@ struct RowWalker {
   const MaskShape& s;
   int64_t nqb, offset;
 
-  void walk(int64_t r, std::vector<Interval>& intervals, PlanOutput& out) const {
+  void walk(int64_t r, std::vector<KeyInterval>& intervals, PlanOutput& out) const {
     const int64_t h = r / nqb, qb = r % nqb;
     const PatternExpr& e = pattern.expr_for_head(h, s.num_heads);
     const int64_t i0 = qb * s.block_q, i1 = std::min(s.q_len, i0 + s.block_q) - 1;
     expr_key_intervals(e, h, i0, i1, i0 + offset, i1 + offset, s.k_len, intervals);
-    std::sort(intervals.begin(), intervals.end(), [](const Interval& a, const Interval& b) { return a.lo < b.lo; });
+    std::sort(intervals.begin(), intervals.end(), [](const KeyInterval& a, const KeyInterval& b) { return a.lo < b.lo; });
     RowEmitter row{e, h, i0, i1, offset, s.block_k, s.k_len, out};
     int64_t next_kb = 0;  // blocks below this one were already visited
-    for (const Interval& iv : intervals) {
+    for (const KeyInterval& iv : intervals) {
       if (iv.hi < iv.lo || iv.hi / s.block_k < next_kb) continue;
       const int64_t first = std::max(iv.lo / s.block_k, next_kb), last = iv.hi / s.block_k;
       row.emit(first, last);
@@ -283,7 +281,7 @@ int64_t BlockMask::build_bytes(const Pattern& pattern, const MaskShape& s) {
   const RowWalker walker{pattern, s, nqb, s.k_len - s.q_len};
   // The middle row of each of kSampledRows equal stretches (every row when fewer).
   const int64_t samples = std::min(rows, kSampledRows);
-  std::vector<Interval> intervals;
+  std::vector<KeyInterval> intervals;
   double blocks = 0.0;
   for (int64_t n = 0; n < samples; ++n) {
     const auto r = static_cast<int64_t>((2.0 * static_cast<double>(n) + 1.0) * static_cast<double>(rows) /
@@ -309,7 +307,7 @@ BlockMask BlockMask::build(const Pattern& pattern, const MaskShape& s) {
   std::vector<int64_t> row_offsets(static_cast<size_t>(rows + 1), 0);
 #pragma omp parallel if (rows >= kMinParallelRows)
   {
-    std::vector<Interval> intervals;
+    std::vector<KeyInterval> intervals;
 #pragma omp for schedule(dynamic, 8)
     for (int64_t r = 0; r < rows; ++r) {
       PlanOutput counted;
@@ -324,7 +322,7 @@ BlockMask BlockMask::build(const Pattern& pattern, const MaskShape& s) {
   std::vector<uint8_t> full(indices.size());
 #pragma omp parallel if (rows >= kMinParallelRows)
   {
-    std::vector<Interval> intervals;
+    std::vector<KeyInterval> intervals;
 #pragma omp for schedule(dynamic, 8)
     for (int64_t r = 0; r < rows; ++r) {
       const auto first = static_cast<size_t>(row_offsets[static_cast<size_t>(r)]);

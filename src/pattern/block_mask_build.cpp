@@ -2,7 +2,8 @@
 //
 // For each (mask head, query block) every term names the key intervals that
 // can hold allowed keys (a superset: windows, sinks, segments, periodic
-// columns, random blocks, ...). The intervals become candidate key blocks,
+// columns, random blocks, ...; key_intervals of each kind's file,
+// pattern/terms/<kind>.hpp). The intervals become candidate key blocks,
 // and each candidate is classified exactly by counting allowed keys row by row
 // with the closed forms of pattern_terms.hpp: zero everywhere -> dropped, the
 // whole block -> full, otherwise partial (the scan stops as soon as a block is
@@ -21,6 +22,7 @@
 #include "pattern/block_classify.hpp"
 #include "pattern/build_checks.hpp"
 #include "pattern/key_intervals.hpp"
+#include "pattern/terms/term_kinds.hpp"
 #include "spattn/block_mask.hpp"
 #include "spattn/error.hpp"
 #include "spattn/memory.hpp"
@@ -29,90 +31,8 @@ namespace spattn {
 
 void term_key_intervals(const PatternTerm& t, int64_t h, int64_t i0, int64_t i1, int64_t p0,
                         int64_t p1, int64_t k_len, std::vector<KeyInterval>& out) {
-  using pattern_math::floor_div;
   const size_t first = out.size();
-  switch (t.kind) {
-    case TermKind::Dense: out.push_back({0, k_len - 1}); break;
-    case TermKind::BlockDiagonal:
-      out.push_back({floor_div(p0, t.a) * t.a, floor_div(p1, t.a) * t.a + t.a - 1});
-      break;
-    case TermKind::SlidingWindow: out.push_back({p0 - t.a, p1 + t.b}); break;
-    case TermKind::Streaming:
-      out.push_back({0, t.a - 1});
-      out.push_back({p0 - t.b + 1, p1});
-      break;
-    case TermKind::Strided: {
-      const int64_t l = t.a;
-      if (l <= p1 - p0 + 1) {
-        out.push_back({0, p1});
-        break;
-      }
-      out.push_back({p0 - l + 1, p1});
-      for (int64_t back = l; p1 - back >= 0; back += l) out.push_back({p0 - back, p1 - back});
-      break;
-    }
-    case TermKind::Fixed: {
-      const int64_t l = t.a, c = t.b;
-      out.push_back({floor_div(p0, l) * l, p1});
-      if (c == 0) break;
-      if (c == l || l <= 2 * (p1 - p0 + 1)) {
-        out.push_back({0, p1});
-        break;
-      }
-      for (int64_t first = l - c; first <= p1; first += l) out.push_back({first, first + c - 1});
-      break;
-    }
-    case TermKind::Dilated: {
-      const int64_t w = t.a, r = t.b, hr = h % r;
-      bool any_row = p1 - p0 + 1 >= r;
-      for (int64_t p = p0; !any_row && p <= p1; ++p) any_row = p - floor_div(p, r) * r == hr;
-      if (any_row) out.push_back({floor_div(p0, w) * w, floor_div(p1, w) * w + w - 1});
-      break;
-    }
-    case TermKind::BigBird: {
-      const int64_t B = t.a, n = t.table_rows, half = (t.b - 1) / 2, g = t.c;
-      const int64_t b0 = floor_div(p0, B), b1 = floor_div(p1, B);
-      const int64_t first_row = std::max<int64_t>(b0, 0), last_row = std::min(b1, n - 1);
-      if (first_row <= last_row && (first_row < g || last_row >= n - g)) {
-        out.push_back({0, k_len - 1});
-        break;
-      }
-      // Window and global columns in block units, clamped to [0, n] before
-      // scaling by B so that huge window or global counts cannot overflow.
-      out.push_back({std::max<int64_t>(b0 - half, 0) * B, std::min(b1 + half + 1, n) * B - 1});
-      if (g > 0) {
-        out.push_back({0, std::min(g, n) * B - 1});
-        out.push_back({std::max<int64_t>(n - g, 0) * B, k_len - 1});
-      }
-      for (int64_t b = first_row; b <= last_row; ++b)
-        for (int64_t s = 0; s < t.table_width; ++s) {
-          const int64_t c = t.indices[b * t.table_width + s];
-          if (c >= 0) out.push_back({c * B, c * B + B - 1});
-        }
-      break;
-    }
-    case TermKind::Longformer: {
-      const int64_t* begin = t.tokens;
-      const int64_t* end = t.tokens + t.num_tokens;
-      const int64_t* row_global = std::lower_bound(begin, end, p0);
-      if (row_global != end && *row_global <= p1) {
-        out.push_back({0, k_len - 1});
-        break;
-      }
-      out.push_back({p0 - t.a / 2, p1 + t.a / 2});
-      for (const int64_t* g = begin; g != end; ++g) out.push_back({*g, *g});
-      break;
-    }
-    case TermKind::Custom: {
-      const int64_t head = t.table_heads == 1 ? 0 : h;
-      for (int64_t row = i0 / t.a; row <= i1 / t.a; ++row) {
-        const int64_t r = head * t.table_rows + row;
-        for (int64_t at = t.offsets[r]; at < t.offsets[r + 1]; ++at)
-          out.push_back({t.indices[at] * t.b, t.indices[at] * t.b + t.b - 1});
-      }
-      break;
-    }
-  }
+  SPATTN_SWITCH_TERM_KIND(t.kind, Kind, , Kind::key_intervals(t, h, i0, i1, p0, p1, k_len, out);)
   for (size_t n = first; n < out.size(); ++n) {
     out[n].lo = std::max<int64_t>(out[n].lo, 0);
     out[n].hi = std::min(out[n].hi, t.causal ? std::min(p1, k_len - 1) : k_len - 1);

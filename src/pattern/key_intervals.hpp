@@ -1,6 +1,7 @@
 // pattern/key_intervals.hpp - the key intervals that can hold the allowed keys
-// of a block of query rows, per term and per expression: a superset (windows,
-// sinks, segments, periodic columns, random blocks, ...), from which the host
+// of a block of query rows, per term (key_intervals of its kind,
+// pattern/terms/<kind>.hpp) and per expression: a superset (windows, sinks,
+// segments, periodic columns, random blocks, ...), from which the host
 // BlockMask builder (block_mask_build.cpp, where these are defined) takes its
 // candidate key blocks. Host code.
 #pragma once
@@ -8,13 +9,10 @@
 #include <cstdint>
 #include <vector>
 
-#include "spattn/pattern_terms.hpp"
+#include "pattern/terms/term_forms.hpp"
+#include "spattn/pattern_expr.hpp"
 
 namespace spattn {
-
-struct KeyInterval {
-  int64_t lo, hi;  // inclusive key positions
-};
 
 // Appends intervals covering every key the term may allow for query rows
 // [i0, i1] at positions [p0, p1] of head h, clipped to [0, k_len) (and to

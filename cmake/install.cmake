@@ -10,10 +10,15 @@ include(CMakePackageConfigHelpers)
 set(SPATTN_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/spattn)
 
 add_library(spattn::spattn ALIAS spattn)  # the same name inside this build tree
-target_include_directories(spattn PUBLIC $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+# spattn/detail holds the pattern kinds (src/pattern/terms/), which
+# spattn/pattern_terms.hpp includes as "pattern/terms/...".
+target_include_directories(spattn PUBLIC $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>
+                                         $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/spattn/detail>)
 set_target_properties(spattn PROPERTIES EXPORT_NAME spattn)
 
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/spattn DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+        FILES_MATCHING PATTERN "*.hpp")
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/src/pattern/terms DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/spattn/detail/pattern
         FILES_MATCHING PATTERN "*.hpp")
 install(TARGETS spattn EXPORT spattnTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}

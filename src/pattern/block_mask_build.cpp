@@ -2,7 +2,8 @@
 //
 // For each (mask head, query block) every term names the key intervals that
 // can hold allowed keys (a superset: windows, sinks, segments, periodic
-// columns, random blocks, ...). The intervals become candidate key blocks,
+// columns, random blocks, ...; key_intervals of each kind's file,
+// pattern/terms/<kind>.hpp). The intervals become candidate key blocks,
 // and each candidate is classified exactly by counting allowed keys row by row
 // with the closed forms of pattern_terms.hpp: zero everywhere -> dropped, the
 // whole block -> full, otherwise partial (the scan stops as soon as a block is
@@ -20,137 +21,47 @@
 
 #include "pattern/block_classify.hpp"
 #include "pattern/build_checks.hpp"
+#include "pattern/key_intervals.hpp"
+#include "pattern/terms/term_kinds.hpp"
 #include "spattn/block_mask.hpp"
 #include "spattn/error.hpp"
 #include "spattn/memory.hpp"
 
 namespace spattn {
-namespace {
 
-struct Interval {
-  int64_t lo, hi;  // inclusive key positions
-};
-
-using pattern_math::ceil_div;
-
-// Plans of fewer rows are built on one thread.
-constexpr int64_t kMinParallelRows = 64;
-
-// Appends intervals covering every key the term may allow for query rows
-// [i0, i1] at positions [p0, p1]. Bounds may fall outside [0, Lk).
 void term_key_intervals(const PatternTerm& t, int64_t h, int64_t i0, int64_t i1, int64_t p0,
-                        int64_t p1, int64_t k_len, std::vector<Interval>& out) {
-  using pattern_math::floor_div;
+                        int64_t p1, int64_t k_len, std::vector<KeyInterval>& out) {
   const size_t first = out.size();
-  switch (t.kind) {
-    case TermKind::Dense: out.push_back({0, k_len - 1}); break;
-    case TermKind::BlockDiagonal:
-      out.push_back({floor_div(p0, t.a) * t.a, floor_div(p1, t.a) * t.a + t.a - 1});
-      break;
-    case TermKind::SlidingWindow: out.push_back({p0 - t.a, p1 + t.b}); break;
-    case TermKind::Streaming:
-      out.push_back({0, t.a - 1});
-      out.push_back({p0 - t.b + 1, p1});
-      break;
-    case TermKind::Strided: {
-      const int64_t l = t.a;
-      if (l <= p1 - p0 + 1) {
-        out.push_back({0, p1});
-        break;
-      }
-      out.push_back({p0 - l + 1, p1});
-      for (int64_t back = l; p1 - back >= 0; back += l) out.push_back({p0 - back, p1 - back});
-      break;
-    }
-    case TermKind::Fixed: {
-      const int64_t l = t.a, c = t.b;
-      out.push_back({floor_div(p0, l) * l, p1});
-      if (c == 0) break;
-      if (c == l || l <= 2 * (p1 - p0 + 1)) {
-        out.push_back({0, p1});
-        break;
-      }
-      for (int64_t first = l - c; first <= p1; first += l) out.push_back({first, first + c - 1});
-      break;
-    }
-    case TermKind::Dilated: {
-      const int64_t w = t.a, r = t.b, hr = h % r;
-      bool any_row = p1 - p0 + 1 >= r;
-      for (int64_t p = p0; !any_row && p <= p1; ++p) any_row = p - floor_div(p, r) * r == hr;
-      if (any_row) out.push_back({floor_div(p0, w) * w, floor_div(p1, w) * w + w - 1});
-      break;
-    }
-    case TermKind::BigBird: {
-      const int64_t B = t.a, n = t.table_rows, half = (t.b - 1) / 2, g = t.c;
-      const int64_t b0 = floor_div(p0, B), b1 = floor_div(p1, B);
-      const int64_t first_row = std::max<int64_t>(b0, 0), last_row = std::min(b1, n - 1);
-      if (first_row <= last_row && (first_row < g || last_row >= n - g)) {
-        out.push_back({0, k_len - 1});
-        break;
-      }
-      // Window and global columns in block units, clamped to [0, n] before
-      // scaling by B so that huge window or global counts cannot overflow.
-      out.push_back({std::max<int64_t>(b0 - half, 0) * B, std::min(b1 + half + 1, n) * B - 1});
-      if (g > 0) {
-        out.push_back({0, std::min(g, n) * B - 1});
-        out.push_back({std::max<int64_t>(n - g, 0) * B, k_len - 1});
-      }
-      for (int64_t b = first_row; b <= last_row; ++b)
-        for (int64_t s = 0; s < t.table_width; ++s) {
-          const int64_t c = t.indices[b * t.table_width + s];
-          if (c >= 0) out.push_back({c * B, c * B + B - 1});
-        }
-      break;
-    }
-    case TermKind::Longformer: {
-      const int64_t* begin = t.tokens;
-      const int64_t* end = t.tokens + t.num_tokens;
-      const int64_t* row_global = std::lower_bound(begin, end, p0);
-      if (row_global != end && *row_global <= p1) {
-        out.push_back({0, k_len - 1});
-        break;
-      }
-      out.push_back({p0 - t.a / 2, p1 + t.a / 2});
-      for (const int64_t* g = begin; g != end; ++g) out.push_back({*g, *g});
-      break;
-    }
-    case TermKind::Custom: {
-      const int64_t head = t.table_heads == 1 ? 0 : h;
-      for (int64_t row = i0 / t.a; row <= i1 / t.a; ++row) {
-        const int64_t r = head * t.table_rows + row;
-        for (int64_t at = t.offsets[r]; at < t.offsets[r + 1]; ++at)
-          out.push_back({t.indices[at] * t.b, t.indices[at] * t.b + t.b - 1});
-      }
-      break;
-    }
-  }
+  SPATTN_SWITCH_TERM_KIND(t.kind, Kind, , Kind::key_intervals(t, h, i0, i1, p0, p1, k_len, out);)
   for (size_t n = first; n < out.size(); ++n) {
     out[n].lo = std::max<int64_t>(out[n].lo, 0);
     out[n].hi = std::min(out[n].hi, t.causal ? std::min(p1, k_len - 1) : k_len - 1);
   }
 }
 
-int64_t interval_cover(const std::vector<Interval>& v, size_t first) {
+namespace {
+
+int64_t interval_cover(const std::vector<KeyInterval>& v) {
   int64_t n = 0;
-  for (size_t at = first; at < v.size(); ++at) n += std::max<int64_t>(0, v[at].hi - v[at].lo + 1);
+  for (const KeyInterval& iv : v) n += std::max<int64_t>(0, iv.hi - iv.lo + 1);
   return n;
 }
 
-// Candidate intervals for the whole expression: the union of its terms' for
-// OR; for AND, the smallest of its terms' (any superset will do).
+}  // namespace
+
 void expr_key_intervals(const PatternExpr& e, int64_t h, int64_t i0, int64_t i1, int64_t p0,
-                        int64_t p1, int64_t k_len, std::vector<Interval>& out) {
+                        int64_t p1, int64_t k_len, std::vector<KeyInterval>& out) {
   out.clear();
   if (e.op == ExprOp::Or) {
     for (int32_t n = 0; n < e.num_terms; ++n) term_key_intervals(e.terms[n], h, i0, i1, p0, p1, k_len, out);
     return;
   }
-  std::vector<Interval> best, trial;
+  std::vector<KeyInterval> best, trial;
   int64_t best_cover = std::numeric_limits<int64_t>::max();
   for (int32_t n = 0; n < e.num_terms; ++n) {
     trial.clear();
     term_key_intervals(e.terms[n], h, i0, i1, p0, p1, k_len, trial);
-    const int64_t cover = interval_cover(trial, 0);
+    const int64_t cover = interval_cover(trial);
     if (cover < best_cover) {
       best_cover = cover;
       best.swap(trial);
@@ -158,6 +69,13 @@ void expr_key_intervals(const PatternExpr& e, int64_t h, int64_t i0, int64_t i1,
   }
   out.swap(best);
 }
+
+namespace {
+
+using pattern_math::ceil_div;
+
+// Plans of fewer rows are built on one thread.
+constexpr int64_t kMinParallelRows = 64;
 
 // Appends the kept blocks of one (head, query block) row over a range of key
 // blocks, in order. A range whose whole rectangle the closed forms call full
@@ -242,15 +160,15 @@ struct RowWalker {
   const MaskShape& s;
   int64_t nqb, offset;
 
-  void walk(int64_t r, std::vector<Interval>& intervals, PlanOutput& out) const {
+  void walk(int64_t r, std::vector<KeyInterval>& intervals, PlanOutput& out) const {
     const int64_t h = r / nqb, qb = r % nqb;
     const PatternExpr& e = pattern.expr_for_head(h, s.num_heads);
     const int64_t i0 = qb * s.block_q, i1 = std::min(s.q_len, i0 + s.block_q) - 1;
     expr_key_intervals(e, h, i0, i1, i0 + offset, i1 + offset, s.k_len, intervals);
-    std::sort(intervals.begin(), intervals.end(), [](const Interval& a, const Interval& b) { return a.lo < b.lo; });
+    std::sort(intervals.begin(), intervals.end(), [](const KeyInterval& a, const KeyInterval& b) { return a.lo < b.lo; });
     RowEmitter row{e, h, i0, i1, offset, s.block_k, s.k_len, out};
     int64_t next_kb = 0;  // blocks below this one were already visited
-    for (const Interval& iv : intervals) {
+    for (const KeyInterval& iv : intervals) {
       if (iv.hi < iv.lo || iv.hi / s.block_k < next_kb) continue;
       const int64_t first = std::max(iv.lo / s.block_k, next_kb), last = iv.hi / s.block_k;
       row.emit(first, last);
@@ -284,7 +202,7 @@ int64_t BlockMask::build_bytes(const Pattern& pattern, const MaskShape& s) {
   // The middle row of each of kSampledRows equal stretches (every row when fewer).
   const int64_t samples = std::min(rows, kSampledRows);
   if (samples == 0) return plan_bytes(0, 0);  // Lq == 0: no rows
-  std::vector<Interval> intervals;
+  std::vector<KeyInterval> intervals;
   double blocks = 0.0;
   for (int64_t n = 0; n < samples; ++n) {
     const auto r = static_cast<int64_t>((2.0 * static_cast<double>(n) + 1.0) * static_cast<double>(rows) /
@@ -310,7 +228,7 @@ BlockMask BlockMask::build(const Pattern& pattern, const MaskShape& s) {
   std::vector<int64_t> row_offsets(static_cast<size_t>(rows + 1), 0);
 #pragma omp parallel if (rows >= kMinParallelRows)
   {
-    std::vector<Interval> intervals;
+    std::vector<KeyInterval> intervals;
 #pragma omp for schedule(dynamic, 8)
     for (int64_t r = 0; r < rows; ++r) {
       PlanOutput counted;
@@ -325,7 +243,7 @@ BlockMask BlockMask::build(const Pattern& pattern, const MaskShape& s) {
   std::vector<uint8_t> full(indices.size());
 #pragma omp parallel if (rows >= kMinParallelRows)
   {
-    std::vector<Interval> intervals;
+    std::vector<KeyInterval> intervals;
 #pragma omp for schedule(dynamic, 8)
     for (int64_t r = 0; r < rows; ++r) {
       const auto first = static_cast<size_t>(row_offsets[static_cast<size_t>(r)]);

@@ -777,8 +777,8 @@ TEST(CudaDilatedSplit, MasksFromArraysOnlyWhereTheyHoldThePatternsPlan) {
 // Whether the kernel's exclusion (excluded_keys over x) takes key j out of row i.
 bool excludes(const cuda_detail::DilatedExclusion& x, int64_t h, int64_t i, int64_t j, int64_t shift) {
   cuda_detail::KeySpan keys;
-  return cuda_detail::excluded_keys(x, h, cuda_detail::positive_mod(h, x.rate), i, shift, keys) && j >= keys.lo &&
-         j <= keys.hi && cuda_detail::positive_mod(j - keys.residue, keys.stride) == 0;
+  return cuda_detail::excluded_keys(x, h, pattern_math::positive_mod(h, x.rate), i, shift, keys) && j >= keys.lo &&
+         j <= keys.hi && pattern_math::positive_mod(j - keys.residue, keys.stride) == 0;
 }
 
 // Whether the block of (i, j) in query head h's rows of `mask` (of `heads`
@@ -876,13 +876,13 @@ TEST(CudaDilatedSplit, RegularRestRowsMayLeaveTheDilatedTermOut) {
         ++rows_checked;
         cuda_detail::KeySpan keys;
         const bool has_excl =
-            cuda_detail::excluded_keys(rest, h, cuda_detail::positive_mod(h, rest.rate), i, shift, keys);
+            cuda_detail::excluded_keys(rest, h, pattern_math::positive_mod(h, rest.rate), i, shift, keys);
         for (int64_t k0 = 0; k0 < lk; k0 += 64) {
           uint64_t whole = 0, without = 0;
           ASSERT_TRUE(cuda_detail::expr_row_word(e, h, i, pos, k0, whole));
           ASSERT_TRUE(cuda_detail::expr_row_word(e, h, i, pos, k0, without, rest.term_left_out(pos, pos + 1)));
           const uint64_t excluded =
-              has_excl ? cuda_detail::span_word(keys.lo, keys.hi, keys.stride, keys.residue, k0) : 0;
+              has_excl ? pattern_math::span_word(keys.lo, keys.hi, keys.stride, keys.residue, k0) : 0;
           ASSERT_EQ(whole & ~excluded, without & ~excluded) << "h " << h << " position " << pos << " k0 " << k0;
           words_without_the_term += whole != without ? 1 : 0;
         }
@@ -1018,10 +1018,10 @@ TEST(CudaRowKeyBits, SpanWordMatchesItsDefinition) {
       for (int64_t lo = k0 - 70; lo <= k0 + 70; lo += 7)
         for (int64_t hi = lo - 1; hi <= k0 + 140; hi += 11)
           for (int64_t residue = 0; residue < stride && residue < 70; residue += 3) {
-            const uint64_t word = cuda_detail::span_word(lo, hi, stride, residue, k0);
+            const uint64_t word = pattern_math::span_word(lo, hi, stride, residue, k0);
             for (int k = 0; k < 64; ++k) {
               const int64_t j = k0 + k;
-              const bool in = j >= lo && j <= hi && cuda_detail::positive_mod(j - residue, stride) == 0;
+              const bool in = j >= lo && j <= hi && pattern_math::positive_mod(j - residue, stride) == 0;
               ASSERT_EQ(((word >> k) & 1) != 0, in)
                   << "lo " << lo << " hi " << hi << " stride " << stride << " residue " << residue << " j " << j;
             }
@@ -1049,9 +1049,9 @@ TEST(CudaRowKeyBits, DivisionShortcutsAgreeWithPlainDivision) {
     for (const int64_t base : {int64_t{0}, big, -big})
       for (int64_t x = base - 300; x <= base + 300; ++x) {
         const int64_t r = x % m;
-        ASSERT_EQ(cuda_detail::positive_mod(x, m), r < 0 ? r + m : r) << x << " mod " << m;
+        ASSERT_EQ(pattern_math::positive_mod(x, m), r < 0 ? r + m : r) << x << " mod " << m;
         if (x >= 0) {
-          ASSERT_EQ(cuda_detail::nonnegative_div(x, m), x / m) << x << " / " << m;
+          ASSERT_EQ(pattern_math::nonnegative_div(x, m), x / m) << x << " / " << m;
         }
       }
 }

@@ -89,7 +89,7 @@ SPATTN_HD uint64_t allowed_keys(const BwdShape& shape, const BwdPlanView& plan, 
   const int64_t i = tile.q0 + row;
   if (i >= shape.q_len) return 0;
   const int64_t keys_left = shape.k_len - tile.k0;  // >= 1
-  if (keys_left < 64) candidates &= bit_run(0, static_cast<int>(keys_left) - 1);
+  if (keys_left < 64) candidates &= pattern_math::bit_run(0, static_cast<int>(keys_left) - 1);
   if (tile.full) return candidates;
   uint64_t word = 0, to_test = candidates;
   if (plan.sub_present != nullptr) {
@@ -97,7 +97,7 @@ SPATTN_HD uint64_t allowed_keys(const BwdShape& shape, const BwdPlanView& plan, 
     const uint64_t present = tile.sub_present >> first, full = tile.sub_full >> first;
     uint64_t present_keys = 0, full_keys = 0;
     for (int c = 0; c < plan.sub_cols; ++c) {
-      const uint64_t run = bit_run(c << shift, ((c + 1) << shift) - 1);
+      const uint64_t run = pattern_math::bit_run(c << shift, ((c + 1) << shift) - 1);
       if ((present >> c) & 1) present_keys |= run;
       if ((full >> c) & 1) full_keys |= run;
     }

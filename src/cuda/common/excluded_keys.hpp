@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "cuda/common/fwd_params.hpp"
-#include "cuda/common/row_key_bits.hpp"
+#include "pattern/terms/term_forms.hpp"
 #include "spattn/hd.hpp"
 
 namespace spattn::cuda_detail {
@@ -25,20 +25,21 @@ SPATTN_HD bool excluded_keys(const DilatedExclusion& x, int64_t h, int64_t resid
                              KeySpan& keys) {
   if (x.kind == Exclusion::Rest) {
     const int64_t pos = i + shift;
-    if (pos < x.p_lo || pos >= x.p_hi || positive_mod(pos, x.rate) != residue) return false;
-    keys.lo = pos - positive_mod(pos, x.segment);
+    if (pos < x.p_lo || pos >= x.p_hi || pattern_math::positive_mod(pos, x.rate) != residue) return false;
+    keys.lo = pos - pattern_math::positive_mod(pos, x.segment);
     keys.hi = x.causal ? pos : keys.lo + x.segment - 1;
     keys.stride = x.rate;
     keys.residue = residue;
     return true;
   }
-  const int64_t g = nonnegative_div(i, x.group), start = x.first_position + g * x.segment + residue;
-  const int64_t qb = nonnegative_div(start + (i - g * x.group) * x.rate - x.shift, x.block_q);
+  const int64_t g = pattern_math::nonnegative_div(i, x.group), start = x.first_position + g * x.segment + residue;
+  const int64_t qb = pattern_math::nonnegative_div(start + (i - g * x.group) * x.rate - x.shift, x.block_q);
   const int32_t* run = x.runs + 2 * ((x.runs_per_head ? h : 0) * x.num_q_blocks + qb);
   const int64_t first = run[0] - start, last = run[1] - 1 - start;  // key offsets from the group start
   if (last < 0 || first > last) return false;
-  const int64_t b_lo = first <= 0 ? 0 : nonnegative_div(first + x.rate - 1, x.rate);
-  const int64_t b_last = nonnegative_div(last, x.rate), b_hi = b_last < x.group - 1 ? b_last : x.group - 1;
+  const int64_t b_lo = first <= 0 ? 0 : pattern_math::nonnegative_div(first + x.rate - 1, x.rate);
+  const int64_t b_last = pattern_math::nonnegative_div(last, x.rate);
+  const int64_t b_hi = b_last < x.group - 1 ? b_last : x.group - 1;
   keys.lo = g * x.group + b_lo;
   keys.hi = g * x.group + b_hi;
   keys.stride = 1;

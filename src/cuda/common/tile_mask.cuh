@@ -160,7 +160,7 @@ __device__ __forceinline__ uint64_t lane_keep_word(const FwdParams& p, const Pat
     // the present keys of partial sub-blocks of a derived plan, whose full
     // ones are kept as they are (none is left to test for BigBird at mask
     // block 64, all of whose kept sub-blocks are full).
-    uint64_t to_test = bit_run(0, keys - 1);
+    uint64_t to_test = pattern_math::bit_run(0, keys - 1);
     word = 0;
     const DeviceTilePlanView& plan = p.plan;
     if (plan.sub_present != nullptr) {
@@ -170,7 +170,7 @@ __device__ __forceinline__ uint64_t lane_keep_word(const FwdParams& p, const Pat
 #pragma unroll 1
       for (int c = (64 * segment) >> shift_k; c <= (64 * segment + 63) >> shift_k; ++c) {
         const int lo = (c << shift_k) - 64 * segment, hi = ((c + 1) << shift_k) - 1 - 64 * segment;
-        const uint64_t run = bit_run(lo < 0 ? 0 : lo, hi > 63 ? 63 : hi);
+        const uint64_t run = pattern_math::bit_run(lo < 0 ? 0 : lo, hi > 63 ? 63 : hi);
         if ((present >> c) & 1) present_keys |= run;
         if ((sub_full >> c) & 1) full_keys |= run;
       }
@@ -188,8 +188,8 @@ __device__ __forceinline__ uint64_t lane_keep_word(const FwdParams& p, const Pat
   }
   if (excluding) {
     KeySpan excluded;
-    if (excluded_keys(p.exclude, h, positive_mod(h, p.exclude.rate), i, shift, excluded))
-      word &= ~span_word(excluded.lo, excluded.hi, excluded.stride, excluded.residue, seg_k0);
+    if (excluded_keys(p.exclude, h, pattern_math::positive_mod(h, p.exclude.rate), i, shift, excluded))
+      word &= ~pattern_math::span_word(excluded.lo, excluded.hi, excluded.stride, excluded.residue, seg_k0);
   }
   return word;
 }
@@ -204,7 +204,7 @@ __device__ __forceinline__ bool rows_hold_kept_blocks(const FwdParams& p, const 
   if (plan.sub_present == nullptr) return true;
   const int first = (p.packed.mask_row(row0) >> plan.sub.row_shift) * plan.sub.cols;
   const int last = ((p.packed.mask_row(row0 + rows - 1) >> plan.sub.row_shift) + 1) * plan.sub.cols - 1;
-  return (plan.sub_present[walk.at] & bit_run(first, last > 63 ? 63 : last)) != 0;
+  return (plan.sub_present[walk.at] & pattern_math::bit_run(first, last > 63 ? 63 : last)) != 0;
 }
 
 // `x`, as a value the compiler cannot see through: what is computed from it

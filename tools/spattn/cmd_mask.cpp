@@ -86,7 +86,7 @@ Command mask_command() {
       {"heads", K::Value, "H", "query heads (default 1)"},
       {"head", K::Value, "h", "the head to draw (default 0)"},
       {"out", K::Value, "FILE.png", "block picture; the token picture goes to FILE_tokens.png"},
-      {"size", K::Value, "PX", "longest side of the pictures, about (default 1024)"},
+      {"size", K::Value, "PX", "longer side of the pictures' panels, about (default 1024)"},
   };
   for (FlagSpec& f : pattern_flag_specs()) flags.push_back(std::move(f));
   for (FlagSpec& f : dynamic_flag_specs(false)) flags.push_back(std::move(f));

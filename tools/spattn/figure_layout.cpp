@@ -162,42 +162,36 @@ RgbImage draw_title(const std::vector<std::string>& lines, int64_t scale, int64_
   return image;
 }
 
-RgbImage stack_down(const std::vector<const RgbImage*>& parts, int64_t gap) {
+RgbImage stack_down(const std::vector<const RgbImage*>& parts, int64_t gap, int64_t margin) {
   int64_t width = 1, height = 0;
   for (const RgbImage* p : parts) {
     width = std::max(width, p->width());
     height += p->height();
   }
   height += gap * (static_cast<int64_t>(parts.size()) - 1);
-  RgbImage image(width, std::max<int64_t>(height, 1));
-  int64_t y = 0;
+  RgbImage image(width + 2 * margin, std::max<int64_t>(height, 1) + 2 * margin);
+  int64_t y = margin;
   for (const RgbImage* p : parts) {
-    blit(image, *p, 0, y);
+    blit(image, *p, margin, y);
     y += p->height() + gap;
   }
   return image;
 }
 
-RgbImage stack_right(const std::vector<const RgbImage*>& parts, int64_t gap) {
+RgbImage stack_right(const std::vector<const RgbImage*>& parts, int64_t gap, int64_t margin) {
   int64_t width = 0, height = 1;
   for (const RgbImage* p : parts) {
     width += p->width();
     height = std::max(height, p->height());
   }
   width += gap * (static_cast<int64_t>(parts.size()) - 1);
-  RgbImage image(std::max<int64_t>(width, 1), height);
-  int64_t x = 0;
+  RgbImage image(std::max<int64_t>(width, 1) + 2 * margin, height + 2 * margin);
+  int64_t x = margin;
   for (const RgbImage* p : parts) {
-    blit(image, *p, x, 0);
+    blit(image, *p, x, margin);
     x += p->width() + gap;
   }
   return image;
-}
-
-RgbImage with_margin(const RgbImage& image, int64_t margin) {
-  RgbImage out(image.width() + 2 * margin, image.height() + 2 * margin);
-  blit(out, image, margin, margin);
-  return out;
 }
 
 }  // namespace spattn::cli

@@ -53,11 +53,9 @@ RgbImage draw_title(const std::vector<std::string>& lines, int64_t scale, int64_
 // Copies `src` into `dst` with its top-left corner at (x, y), clipped.
 void blit(RgbImage& dst, const RgbImage& src, int64_t x, int64_t y);
 // The parts one under the other (left-aligned) or side by side (top-aligned),
-// `gap` pixels apart.
-RgbImage stack_down(const std::vector<const RgbImage*>& parts, int64_t gap);
-RgbImage stack_right(const std::vector<const RgbImage*>& parts, int64_t gap);
-// `image` with `margin` white pixels on every side.
-RgbImage with_margin(const RgbImage& image, int64_t margin);
+// `gap` pixels apart, with `margin` white pixels around them all.
+RgbImage stack_down(const std::vector<const RgbImage*>& parts, int64_t gap, int64_t margin = 0);
+RgbImage stack_right(const std::vector<const RgbImage*>& parts, int64_t gap, int64_t margin = 0);
 
 // Outline of [x0, x1) x [y0, y1), `thickness` pixels inside that box, clipped.
 void draw_box(RgbImage& image, int64_t x0, int64_t y0, int64_t x1, int64_t y1, int64_t thickness, Rgb colour);

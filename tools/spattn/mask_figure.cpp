@@ -87,7 +87,7 @@ RgbImage compose(const std::vector<std::string>& title, const RgbImage& body,
     title_width = std::max(title_width, text_width(line.substr(0, kTitleChars), scale));
   const RgbImage title_image = draw_title(title, scale, title_width);
   const RgbImage legend_image = draw_legend(legend, scale, body.width());
-  return with_margin(stack_down({&title_image, &body, &legend_image}, gap), 3 * kGlyphAdvance * scale);
+  return stack_down({&title_image, &body, &legend_image}, gap, 3 * kGlyphAdvance * scale);
 }
 
 // The inset next to the block panel: its caption over the framed pairs.
@@ -128,22 +128,26 @@ RgbImage block_picture(const BlockMask& mask, int64_t head, int64_t query_heads,
                        const std::string& pattern) {
   const int64_t scale = text_scale(max_side);
   const BlockMaskView v = mask.view();
-  MaskPanel panel = render_block_mask(mask, head, query_heads, max_side);
   const std::optional<PairRegion> region = inset_region(mask, head, query_heads);
-  if (region) mark_region(panel.image, v, panel.pixels_per_cell, *region, scale);
-  const RgbImage framed = frame_panel(panel.image, mask_axes(v, panel.pixels_per_cell, v.block_q, v.block_k, scale),
-                                      scale);
+  // The panel lives only until it is framed: at most three figure-sized
+  // images at once (mask_pictures_bytes counts on it).
+  const RgbImage framed = [&] {
+    MaskPanel panel = render_block_mask(mask, head, query_heads, max_side);
+    if (region) mark_region(panel.image, v, panel.pixels_per_cell, *region, scale);
+    return frame_panel(panel.image, mask_axes(v, panel.pixels_per_cell, v.block_q, v.block_k, scale), scale);
+  }();
   std::vector<std::vector<LegendEntry>> legend = {{{kMaskFull, "full block: every pair"},
                                                   {kMaskPartial, "partial block: pairs tested one by one"},
                                                   {kMaskEmpty, "empty block: skipped"}}};
-  RgbImage body = framed;
+  std::optional<RgbImage> with_inset;
   if (region) {
     const RgbImage inset = inset_column(mask, head, query_heads, *region, max_side, scale);
-    body = stack_right({&framed, &inset}, 4 * kLineHeight * scale);
+    with_inset = stack_right({&framed, &inset}, 4 * kLineHeight * scale);
     legend.push_back({{kInsetMark, "inset's region", true},
                       {kMaskFull, "allowed pair"},
                       {kMaskWasted, "masked pair in a visited block"}});
   }
+  const RgbImage& body = with_inset ? *with_inset : framed;
   const HeadBlocks counts = count_head_blocks(mask, head, query_heads);
   const std::vector<std::string> title = {
       pattern, shape_line(mask, head, query_heads),
@@ -157,8 +161,10 @@ RgbImage token_picture(const BlockMask& mask, int64_t head, int64_t query_heads,
   const int64_t scale = text_scale(max_side);
   const BlockMaskView v = mask.view();
   int64_t allowed = 0;
-  const MaskPanel panel = render_token_mask(mask, head, query_heads, max_side, &allowed);
-  const RgbImage framed = frame_panel(panel.image, mask_axes(v, panel.pixels_per_cell, 1, 1, scale), scale);
+  const RgbImage framed = [&] {
+    const MaskPanel panel = render_token_mask(mask, head, query_heads, max_side, &allowed);
+    return frame_panel(panel.image, mask_axes(v, panel.pixels_per_cell, 1, 1, scale), scale);
+  }();
   const int64_t pairs = v.q_len * v.k_len;
   const std::vector<std::string> title = {
       pattern, shape_line(mask, head, query_heads),
@@ -179,11 +185,11 @@ std::string token_picture_path(const std::string& out) {
 }
 
 int64_t mask_pictures_bytes(int64_t q_len, int64_t k_len, int64_t block_q, int64_t block_k, int64_t max_side) {
-  // Each figure (panel, inset, margins, title, legend) fits 2 max_side + 1024
-  // pixels across and max_side + 1024 down; a copy of each part is alive while
-  // it is composed.
+  // A figure (panel, inset, axes, title, legend, margins) fits 2 max_side +
+  // 1024 pixels across and max_side + 1024 down, and at most three such
+  // images are alive at once while one is composed (block_picture).
   const int64_t figure = bytes_for(bytes_for(2 * max_side + 1024, max_side + 1024), 3);
-  return add_bytes(mask_panels_bytes(q_len, k_len, block_q, block_k, max_side), bytes_for(figure, 4));
+  return add_bytes(mask_panels_bytes(q_len, k_len, block_q, block_k, max_side), bytes_for(figure, 3));
 }
 
 void write_mask_pictures(std::ostream& os, const BlockMask& mask, int64_t head, int64_t query_heads,

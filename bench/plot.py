@@ -4,7 +4,7 @@
 usage: plot.py RESULTS.json [--out-dir DIR]
 
 One set of PNGs per preset, named after it, every figure titled with the
-machine, backend, dtype and shapes of the run:
+machine, backend, dtype and shapes of the run, its legend right of the axes:
   default:    <stem>_times.png   time vs sequence length per pattern (log-log):
                                  fused sparse, fused dense, naive dense baseline
               <stem>_speedup.png speedup over dense vs sequence length, all patterns
@@ -70,9 +70,15 @@ def series(rows, key):
     return [p[0] for p in points], [p[1] for p in points]
 
 
+def legend_right(fig, ax):
+    """One legend for the figure, right of its axes (`ax` holds every series)."""
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
+
+
 def save(fig, path):
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    """Lays out, then saves with the legends outside the axes included."""
+    fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
     print(f"wrote {path}")
 
@@ -92,8 +98,9 @@ def plot_default(doc, stem):
         density = rows[-1]["density"]
         ax.set_title(f"{pattern} (density {density:.3g} at L={rows[-1]['seq']})", fontsize=10)
         log_axes(ax, "sequence length L")
-        ax.legend(fontsize=8)
     fig.suptitle(run_title(doc), fontsize=10)
+    fig.tight_layout()
+    legend_right(fig, max(axes, key=lambda a: len(a.get_lines())))
     save(fig, f"{stem}_times.png")
 
     fig, ax = plt.subplots(figsize=(7.5, 5))
@@ -106,8 +113,9 @@ def plot_default(doc, stem):
     ax.set_xlabel("sequence length L")
     ax.set_ylabel("speedup over dense (same backend)")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, ncol=2)
     ax.set_title(run_title(doc), fontsize=9)
+    fig.tight_layout()
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, title="pattern")
     save(fig, f"{stem}_speedup.png")
 
 
@@ -118,14 +126,15 @@ def plot_seeds(doc, stem):
         for key, label, style in (
             ("naive_dense_time_ms", "naive dense", "^:"),
             ("dense_time_ms", "fused dense", "s--"),
-            ("time_ms", f"fused {pattern}", "o-"),
+            ("time_ms", "fused sparse (the panel's pattern)", "o-"),
         ):
             xs, ys = series(rows, key)
             ax.plot(xs, ys, style, label=label)
         ax.set_title(f"{pattern}: {rows[0]['flags']}", fontsize=9)
         log_axes(ax, "sequence length T")
-        ax.legend(fontsize=8)
     fig.suptitle(run_title(doc), fontsize=10)
+    fig.tight_layout()
+    legend_right(fig, axes[0])
     save(fig, f"{stem}_times.png")
 
 
@@ -144,6 +153,7 @@ def plot_mask_build(doc, stem):
                 f" {row['blocks_kept']:,} blocks", va="center", fontsize=7)
     ax.grid(True, axis="x", which="both", alpha=0.3)
     ax.set_title(run_title(doc), fontsize=9)
+    fig.tight_layout()
     save(fig, f"{stem}_mask_build.png")
 
 

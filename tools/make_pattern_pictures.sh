@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tools/make_pattern_pictures.sh - regenerates the mask pictures of
-# docs/patterns.md (docs/img/*.png) with `spattn mask`.
+# docs/patterns.md and docs/dynamic.md (docs/img/*.png) with `spattn mask`.
 #
 # usage: tools/make_pattern_pictures.sh [SPATTN_BINARY]   (default build/tools/spattn)
 set -euo pipefail
@@ -33,3 +33,6 @@ picture dilated_window   --pattern dilated+sliding-window --segments 64 --rates 
 picture heads_mix_h0     --heads-pattern streaming,dilated --sink 4 --window 16 --segments 64 --rates 2 --heads 2 --seq 128 --block 16 --head 0
 picture heads_mix_h1     --heads-pattern streaming,dilated --sink 4 --window 16 --segments 64 --rates 2 --heads 2 --seq 128 --block 16 --head 1
 picture causal_rect      --pattern causal --seq 96 --seq-k 256 --block 16
+picture topk_tau90          --pattern topk --tau 0.9 --causal --seq 8192 --block 128 --heads 2
+picture topk_tau90_stride8  --pattern topk --tau 0.9 --stride 8 --causal --seq 8192 --block 128 --heads 2
+picture topk_small          --pattern topk --tau 0.9 --causal --seq 2048 --block 64 --heads 2

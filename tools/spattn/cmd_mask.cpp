@@ -3,14 +3,16 @@
 //
 // Prints the blocks kept (full and partial), the density and the build time,
 // writes the block picture to --out and, when Lq * Lk <= 2048 * 2048, the
-// token picture next to it (FILE stem + "_tokens.png"). See mask_image.hpp for
-// the colours.
+// token picture next to it (FILE stem + "_tokens.png"). See mask_figure.hpp
+// for what the pictures show.
 #include <chrono>
 #include <iostream>
 #include <optional>
+#include <string>
 
 #include "commands.hpp"
 #include "dynamic_pattern.hpp"
+#include "mask_figure.hpp"
 #include "mask_image.hpp"
 #include "memory_checks.hpp"
 #include "output_file.hpp"
@@ -68,7 +70,9 @@ int mask_main(const Args& args) {
      << (heads > 1 ? "s" : "") << ")\n";
   os << "build time  " << format_seconds(build_s) << "\n";
 
-  write_mask_pictures(os, mask, head, heads, max_side, *out);
+  const std::string described = setup.pattern.describe();
+  write_mask_pictures(os, mask, head, heads, max_side, *out,
+                      described == setup.label ? described : setup.label + ": " + described);
   return 0;
 }
 
@@ -82,15 +86,16 @@ Command mask_command() {
       {"heads", K::Value, "H", "query heads (default 1)"},
       {"head", K::Value, "h", "the head to draw (default 0)"},
       {"out", K::Value, "FILE.png", "block picture; the token picture goes to FILE_tokens.png"},
-      {"size", K::Value, "PX", "longest side of the pictures, about (default 1024)"},
+      {"size", K::Value, "PX", "longer side of the pictures' panels, about (default 1024)"},
   };
   for (FlagSpec& f : pattern_flag_specs()) flags.push_back(std::move(f));
   for (FlagSpec& f : dynamic_flag_specs(false)) flags.push_back(std::move(f));
   return Command{"mask", "build a block mask, print its statistics and draw it as PNG",
                  "usage: spattn mask --pattern NAME [pattern flags] --seq L --out FILE.png\n"
-                 "  block picture: full blocks dark blue, partial orange, skipped white;\n"
+                 "  block picture: full blocks dark blue, partial orange, skipped white, and\n"
+                 "  where a partial block hides finer structure an inset of pairs one by one;\n"
                  "  token picture (Lq*Lk <= 2048^2): allowed pairs dark blue, masked pairs\n"
-                 "  inside visited blocks light blue\n" +
+                 "  inside visited blocks light blue; each with a title, axes and a legend\n" +
                      pattern_usage(),
                  std::move(flags), mask_main};
 }

@@ -24,6 +24,7 @@
 #include "device_buffers.hpp"
 #include "host_tensor.hpp"
 #include "json_writer.hpp"
+#include "mask_figure.hpp"
 #include "mask_image.hpp"
 #include "memory_checks.hpp"
 #include "spattn/error.hpp"
@@ -424,8 +425,9 @@ int mask_dynamic(const Args& args, int64_t q_len, int64_t k_len, int64_t heads, 
 
   const HeadBlocks counts = count_head_blocks(mask, head, heads);
   std::ostream& os = std::cout;
-  os << "pattern     topk: " << describe_select_config(config) << "; structured inputs (seed " << seed
-     << ", D 64)\n";
+  const std::string title =
+      "topk: " + describe_select_config(config) + "; structured inputs (seed " + std::to_string(seed) + ", D 64)";
+  os << "pattern     " << title << "\n";
   os << "shape       Lq=" << q_len << " Lk=" << k_len << " heads=" << heads << ", blocks " << mask.block_q()
      << "x" << mask.block_k() << " (" << mask.num_q_blocks() << " x " << mask.num_k_blocks() << " grid)\n";
   os << "blocks      head " << head << ": " << format_count(counts.kept) << " kept of "
@@ -433,7 +435,7 @@ int mask_dynamic(const Args& args, int64_t q_len, int64_t k_len, int64_t heads, 
      << " full, " << format_count(counts.kept - counts.full) << " partial)\n";
   os << "density     " << format_general(mask.density(heads), 4) << "\n";
   os << "selection   " << format_seconds(phases.total_s()) << "\n";
-  write_mask_pictures(os, mask, head, heads, max_side, out);
+  write_mask_pictures(os, mask, head, heads, max_side, out, title);
   return 0;
 }
 

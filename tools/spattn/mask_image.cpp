@@ -1,11 +1,13 @@
-// tools/spattn/mask_image.cpp - pictures of a BlockMask (see mask_image.hpp).
+// tools/spattn/mask_image.cpp - the block and token panels of a BlockMask
+// (see mask_image.hpp).
 //
-// Both pictures first classify cells (per block or per pair), accumulate the
+// Both panels first classify cells (per block or per pair), accumulate the
 // classes per pixel, then colour each pixel and overlay the block grid.
 #include "mask_image.hpp"
 
 #include <algorithm>
 #include <array>
+#include <utility>
 #include <vector>
 
 #include "spattn/error.hpp"
@@ -15,15 +17,6 @@ namespace spattn::cli {
 
 namespace {
 
-constexpr Rgb kWhite{255, 255, 255};
-constexpr Rgb kFull{33, 82, 150};        // full block / allowed pair
-constexpr Rgb kPartial{240, 150, 40};    // partial block
-constexpr Rgb kWasted{190, 214, 238};    // masked-out pair inside a visited block
-constexpr Rgb kGridLine{120, 120, 120};  // blended in, so lines show on any colour
-constexpr double kGridWeight = 0.3;
-// The token picture is drawn only up to this many (query, key) pairs.
-constexpr int64_t kTokenPictureMaxPairs = int64_t{2048} * 2048;
-
 // How cells map to pixels: each cell is `scale` pixels wide, or each pixel
 // covers `shrink` cells along each axis.
 struct Raster {
@@ -31,6 +24,7 @@ struct Raster {
   int64_t scale = 1, shrink = 1;
   int64_t width() const { return (cols + shrink - 1) / shrink * scale; }
   int64_t height() const { return (rows + shrink - 1) / shrink * scale; }
+  double pixels_per_cell() const { return static_cast<double>(scale) / static_cast<double>(shrink); }
 };
 
 Raster make_raster(int64_t rows, int64_t cols, int64_t max_side) {
@@ -45,22 +39,10 @@ Raster make_raster(int64_t rows, int64_t cols, int64_t max_side) {
   return r;
 }
 
-Rgb mix(Rgb a, Rgb b, double wb) {
-  const auto one = [wb](uint8_t x, uint8_t y) {
-    return static_cast<uint8_t>(x + (static_cast<double>(y) - x) * wb + 0.5);
-  };
-  return Rgb{one(a.r, b.r), one(a.g, b.g), one(a.b, b.b)};
-}
-
-Rgb pixel_at(const RgbImage& image, int64_t x, int64_t y) {
-  const uint8_t* p = image.pixels().data() + (y * image.width() + x) * 3;
-  return Rgb{p[0], p[1], p[2]};
-}
-
 // Lines every `rows_per_line` / `cols_per_line` cells, and a frame (unshrunk rasters only).
 void draw_grid(RgbImage& image, const Raster& r, int64_t rows_per_line, int64_t cols_per_line) {
   const auto shade = [&image](int64_t x, int64_t y) {
-    image.set(x, y, mix(pixel_at(image, x, y), kGridLine, kGridWeight));
+    image.set(x, y, blend(image.at(x, y), kMaskGrid, kMaskGridWeight));
   };
   for (int64_t c = 0;; c += cols_per_line) {
     const int64_t x = std::min(std::min(c, r.cols) * r.scale, image.width() - 1);
@@ -81,7 +63,7 @@ void paint(RgbImage& image, const Raster& r, int64_t px, int64_t py, Rgb c) {
 
 }  // namespace
 
-RgbImage render_block_mask(const BlockMask& mask, int64_t head, int64_t query_heads, int64_t max_side) {
+MaskPanel render_block_mask(const BlockMask& mask, int64_t head, int64_t query_heads, int64_t max_side) {
   require(head >= 0 && head < query_heads, "head must be in [0, ", query_heads, "), got ", head);
   const BlockMaskView v = mask.view();
   const Raster r = make_raster(v.num_q_blocks, v.num_k_blocks, max_side);
@@ -96,14 +78,15 @@ RgbImage render_block_mask(const BlockMask& mask, int64_t head, int64_t query_he
     }
   }
   RgbImage image(r.width(), r.height());
-  const Rgb colours[3] = {kWhite, kPartial, kFull};
+  const Rgb colours[3] = {kMaskEmpty, kMaskPartial, kMaskFull};
   for (int64_t y = 0; y < h; ++y)
     for (int64_t x = 0; x < w; ++x) paint(image, r, x, y, colours[cls[static_cast<size_t>(y * w + x)]]);
   if (r.scale >= kGridMinCell) draw_grid(image, r, 1, 1);
-  return image;
+  return MaskPanel{std::move(image), r.pixels_per_cell()};
 }
 
-RgbImage render_token_mask(const BlockMask& mask, int64_t head, int64_t query_heads, int64_t max_side) {
+MaskPanel render_token_mask(const BlockMask& mask, int64_t head, int64_t query_heads, int64_t max_side,
+                            int64_t* allowed_pairs) {
   require(head >= 0 && head < query_heads, "head must be in [0, ", query_heads, "), got ", head);
   const BlockMaskView v = mask.view();
   const Raster r = make_raster(v.q_len, v.k_len, max_side);
@@ -123,20 +106,23 @@ RgbImage render_token_mask(const BlockMask& mask, int64_t head, int64_t query_he
       }
   }
   RgbImage image(r.width(), r.height());
+  int64_t allowed = 0;
   for (int64_t y = 0; y < h; ++y)
     for (int64_t x = 0; x < w; ++x) {
       const std::array<int32_t, 3>& n = counts[static_cast<size_t>(y * w + x)];
       const double total = static_cast<double>(n[0] + n[1] + n[2]);
+      allowed += n[2];
       // White, then blend in the wasted and allowed shares.
-      const Rgb wasted = mix(kWhite, kWasted, n[1] / total);
-      paint(image, r, x, y, mix(wasted, kFull, n[2] / total));
+      const Rgb wasted = blend(kMaskEmpty, kMaskWasted, n[1] / total);
+      paint(image, r, x, y, blend(wasted, kMaskFull, n[2] / total));
     }
   if (r.shrink == 1 && r.scale * std::min(v.block_q, v.block_k) >= kGridMinCell)
     draw_grid(image, r, v.block_q, v.block_k);
-  return image;
+  if (allowed_pairs) *allowed_pairs += allowed;
+  return MaskPanel{std::move(image), r.pixels_per_cell()};
 }
 
-int64_t mask_pictures_bytes(int64_t q_len, int64_t k_len, int64_t block_q, int64_t block_k, int64_t max_side) {
+int64_t mask_panels_bytes(int64_t q_len, int64_t k_len, int64_t block_q, int64_t block_k, int64_t max_side) {
   const auto picture = [max_side](int64_t rows, int64_t cols, int64_t cell_bytes) {
     const Raster r = make_raster(rows, cols, max_side);
     const int64_t cells = bytes_for((r.cols + r.shrink - 1) / r.shrink, (r.rows + r.shrink - 1) / r.shrink);
@@ -159,25 +145,6 @@ HeadBlocks count_head_blocks(const BlockMask& mask, int64_t head, int64_t query_
     }
   }
   return counts;
-}
-
-std::string token_picture_path(const std::string& out) {
-  const std::string ext = ".png";
-  const bool has_ext = out.size() > ext.size() && out.compare(out.size() - ext.size(), ext.size(), ext) == 0;
-  return (has_ext ? out.substr(0, out.size() - ext.size()) : out) + "_tokens.png";
-}
-
-void write_mask_pictures(std::ostream& os, const BlockMask& mask, int64_t head, int64_t query_heads,
-                         int64_t max_side, const std::string& out) {
-  const RgbImage blocks = render_block_mask(mask, head, query_heads, max_side);
-  write_png(out, blocks);
-  os << "wrote       " << out << " (" << blocks.width() << " x " << blocks.height() << ")\n";
-  if (mask.q_len() <= kTokenPictureMaxPairs / mask.k_len()) {
-    const std::string path = token_picture_path(out);
-    const RgbImage tokens = render_token_mask(mask, head, query_heads, max_side);
-    write_png(path, tokens);
-    os << "wrote       " << path << " (" << tokens.width() << " x " << tokens.height() << ")\n";
-  }
 }
 
 }  // namespace spattn::cli

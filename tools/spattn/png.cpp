@@ -22,6 +22,11 @@ RgbImage::RgbImage(int64_t width, int64_t height) : width_(width), height_(heigh
   pixels_.assign(static_cast<size_t>(width * height * 3), 255);
 }
 
+Rgb RgbImage::at(int64_t x, int64_t y) const {
+  const uint8_t* p = pixels_.data() + (y * width_ + x) * 3;
+  return Rgb{p[0], p[1], p[2]};
+}
+
 void RgbImage::set(int64_t x, int64_t y, Rgb c) {
   uint8_t* p = pixels_.data() + (y * width_ + x) * 3;
   p[0] = c.r;

@@ -117,32 +117,12 @@ void validate_tensors(const TensorView& q, const TensorView& k, const TensorView
   }
 }
 
-// The mask's heads fit the query heads.
-void validate_mask_heads(const BlockMask& mask, const TensorView& q) {
-  require(q.heads() % mask.num_heads() == 0, "the mask has ", mask.num_heads(),
-          " heads, which must divide q heads (", q.heads(), ")");
-  if (mask.pattern()) {
-    require(q.heads() % mask.pattern()->num_exprs() == 0, "the mask's pattern has ",
-            mask.pattern()->num_exprs(), " per-head patterns, which must divide q heads (", q.heads(),
-            ")");
-    // The predicate of a head-dependent pattern reads the query head index, so
-    // its plan must have been built with one mask head per query head.
-    require(!mask.pattern()->head_dependent() || mask.num_heads() == q.heads(),
-            "the mask's pattern depends on the head, so the mask must be built for q heads (",
-            q.heads(), "), got a mask of ", mask.num_heads(), " heads");
-  }
-}
-
 }  // namespace
 
 void validate_attention(const TensorView& q, const TensorView& k, const TensorView& v,
                         const TensorView& out, const BlockMask& mask, const TensorView* lse) {
   validate_tensors(q, k, v, out, lse);
-  require(mask.q_len() == q.seq_len(), "the mask was built for Lq=", mask.q_len(),
-          " but q has seq_len ", q.seq_len());
-  require(mask.k_len() == k.seq_len(), "the mask was built for Lk=", mask.k_len(),
-          " but k has seq_len ", k.seq_len());
-  validate_mask_heads(mask, q);
+  validate_call_shape(mask, call_shape(q, k));
 }
 
 void validate_attention_varlen(const TensorView& q, const TensorView& k, const TensorView& v,
@@ -164,18 +144,10 @@ void validate_attention_varlen(const TensorView& q, const TensorView& k, const T
           ") must fit the int32 cu_seqlens_k");
   require(batch.max_seqlen_q >= 0, "varlen: max_seqlen_q must be >= 0, got ", batch.max_seqlen_q);
   require(batch.max_seqlen_k >= 0, "varlen: max_seqlen_k must be >= 0, got ", batch.max_seqlen_k);
-  const Pattern* pattern = mask.pattern();
-  require(pattern != nullptr, "varlen: the mask must be built from a pattern (varlen_mask), got a mask "
-          "without one");
-  require(pattern->is_prefix_stable(), "varlen: the pattern ", pattern->describe(),
-          " depends on the sequence lengths (BigBird, custom masks), so one mask cannot serve every "
-          "sequence; run attention() per sequence instead");
-  require(mask.q_len() == mask.k_len(), "varlen: the mask must be square (varlen_mask), got Lq=",
-          mask.q_len(), " Lk=", mask.k_len());
+  validate_call_shape(mask, varlen_call_shape(q, k, batch, mask.q_len()));
   require(batch.max_seqlen_q <= mask.q_len() && batch.max_seqlen_k <= mask.k_len(),
           "varlen: the mask was built for sequences up to ", mask.q_len(), " but max_seqlen_q=",
           batch.max_seqlen_q, " max_seqlen_k=", batch.max_seqlen_k);
-  validate_mask_heads(mask, q);
 }
 
 CallShape call_shape(const TensorView& q, const TensorView& k) {
@@ -217,13 +189,8 @@ void run_plan(const TensorView& q, const TensorView& k, const TensorView& v, con
 
 void attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                const Plan& plan, const AttentionOptions& options, const TensorView* lse) {
-  const Backend backend = plan.backend();
-  require(options.backend == Backend::Auto || options.backend == backend, "the options ask for backend '",
-          backend_name(options.backend), "' but the plan is for backend '", backend_name(backend), "'");
+  const Backend backend = detail::check_call_on_plan(plan, call_shape(q, k), options.backend);
   validate_attention(q, k, v, out, plan.mask(), lse);
-  const CallShape shape = call_shape(q, k);
-  require(shape == plan.shape(), "the tensors' shape (", shape.describe(), ") is not the plan's (",
-          plan.shape().describe(), ")");
   if (backend != Backend::Cuda)
     require(detail::tensor_device(q.data) < 0, "backend '", backend_name(backend),
             "' runs host tensors, but q points to CUDA device memory");

@@ -68,12 +68,8 @@ void run_backward_plan(const TensorView& q, const TensorView& k, const TensorVie
 void attention_backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                         const TensorView& lse, const TensorView& d_out, const AttentionGrads& grads,
                         const Plan& plan, const AttentionOptions& options, const TensorView* d_lse) {
+  detail::check_call_on_plan(plan, call_shape(q, k), options.backend);
   validate_attention_backward(q, k, v, out, lse, d_out, grads, plan.mask(), d_lse);
-  const CallShape shape = call_shape(q, k);
-  require(shape == plan.shape(), "the tensors' shape (", shape.describe(), ") is not the plan's (",
-          plan.shape().describe(), ")");
-  require(options.backend == Backend::Auto || options.backend == plan.backend(), "the options ask for backend '",
-          backend_name(options.backend), "' but the plan is for backend '", backend_name(plan.backend()), "'");
   run_backward_plan(q, k, v, out, lse, d_out, grads, plan, resolve_scale(options, q.head_dim()), d_lse,
                     options.stream);
 }

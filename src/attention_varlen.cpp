@@ -126,13 +126,9 @@ void attention_varlen(const TensorView& q, const TensorView& k, const TensorView
 void attention_varlen(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                       const VarlenBatch& batch, const Plan& plan, const AttentionOptions& options,
                       const TensorView* lse) {
-  const Backend backend = plan.backend();
-  require(options.backend == Backend::Auto || options.backend == backend, "the options ask for backend '",
-          backend_name(options.backend), "' but the plan is for backend '", backend_name(backend), "'");
+  const Backend backend =
+      detail::check_call_on_plan(plan, varlen_call_shape(q, k, batch, plan.mask().q_len()), options.backend);
   validate_attention_varlen(q, k, v, out, batch, plan.mask(), lse);
-  const CallShape shape = varlen_call_shape(q, k, batch, plan.mask().q_len());
-  require(shape == plan.shape(), "the tensors' shape (", shape.describe(), ") is not the plan's (",
-          plan.shape().describe(), ")");
   const double scale = resolve_scale(options, q.head_dim());
   if (backend != Backend::Cuda) return host_varlen(q, k, v, out, batch, plan.mask(), backend, scale, lse);
 #if defined(SPATTN_WITH_CUDA)

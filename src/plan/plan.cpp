@@ -46,9 +46,19 @@ void validate_call_shape(const BlockMask& mask, const CallShape& shape) {
   require(shape.q_heads % shape.kv_heads == 0, "q heads (", shape.q_heads, ") must be a multiple of k heads (",
           shape.kv_heads, ")");
   require(shape.head_dim >= 1, "head_dim must be >= 1, got ", shape.head_dim);
-  require(shape.q_len == mask.q_len(), "the mask was built for Lq=", mask.q_len(), " but the call has Lq=",
+  // A varlen call's lengths are the mask's; what decides whether it can serve them comes first.
+  if (shape.varlen) {
+    require(mask.pattern() != nullptr, "varlen: the mask must be built from a pattern (varlen_mask), got a "
+            "mask without one");
+    require(mask.pattern()->is_prefix_stable(), "varlen: the pattern ", mask.pattern()->describe(),
+            " depends on the sequence lengths (BigBird, custom masks), so one mask cannot serve every "
+            "sequence; run attention() per sequence instead");
+    require(mask.q_len() == mask.k_len(), "varlen: the mask must be square (varlen_mask), got Lq=",
+            mask.q_len(), " Lk=", mask.k_len());
+  }
+  require(shape.q_len == mask.q_len(), "the mask was built for Lq=", mask.q_len(), " but q has seq_len ",
           shape.q_len);
-  require(shape.k_len == mask.k_len(), "the mask was built for Lk=", mask.k_len(), " but the call has Lk=",
+  require(shape.k_len == mask.k_len(), "the mask was built for Lk=", mask.k_len(), " but k has seq_len ",
           shape.k_len);
   require(shape.q_heads % mask.num_heads() == 0, "the mask has ", mask.num_heads(),
           " heads, which must divide q heads (", shape.q_heads, ")");
@@ -60,15 +70,6 @@ void validate_call_shape(const BlockMask& mask, const CallShape& shape) {
     require(!pattern->head_dependent() || shape.q_heads == 0 || mask.num_heads() == shape.q_heads,
             "the mask's pattern depends on the head, so the mask must be built for q heads (", shape.q_heads,
             "), got a mask of ", mask.num_heads(), " heads");
-  }
-  if (shape.varlen) {
-    require(mask.pattern() != nullptr, "varlen: the mask must be built from a pattern (varlen_mask), got a "
-            "mask without one");
-    require(mask.pattern()->is_prefix_stable(), "varlen: the pattern ", mask.pattern()->describe(),
-            " depends on the sequence lengths (BigBird, custom masks), so one mask cannot serve every "
-            "sequence; run attention() per sequence instead");
-    require(mask.q_len() == mask.k_len(), "varlen: the mask must be square (varlen_mask), got Lq=",
-            mask.q_len(), " Lk=", mask.k_len());
   }
 }
 
@@ -120,6 +121,15 @@ std::shared_ptr<const PlanState> make_plan_state(const BlockMask& mask, const Ca
   if (options.backward && options.backend != Backend::Cuda)
     state->key_major = std::make_shared<const KeyMajorPlan>(key_major_plan(mask.view()));
   return state;
+}
+
+Backend check_call_on_plan(const Plan& plan, const CallShape& shape, Backend requested) {
+  const Backend backend = plan.backend();
+  require(requested == Backend::Auto || requested == backend, "the options ask for backend '",
+          backend_name(requested), "' but the plan is for backend '", backend_name(backend), "'");
+  require(shape == plan.shape(), "the tensors' shape (", shape.describe(), ") is not the plan's (",
+          plan.shape().describe(), ")");
+  return backend;
 }
 
 int tensor_device(const void* data) {

@@ -38,6 +38,10 @@ struct PlanState {
 std::shared_ptr<const PlanState> make_plan_state(const BlockMask& mask, const CallShape& shape,
                                                  const PlanOptions& options);
 
+// Throws spattn::Error unless a call of `shape` asking for backend `requested`
+// (Auto: any) may run on `plan`; returns the plan's backend.
+Backend check_call_on_plan(const Plan& plan, const CallShape& shape, Backend requested);
+
 // The CUDA device whose memory `data` points to; -1 for host memory (and in
 // builds without CUDA).
 int tensor_device(const void* data);

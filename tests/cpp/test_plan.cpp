@@ -127,7 +127,7 @@ TEST(Plan, ShapesThatDoNotFitAreRefusedNamingTheField) {
   CallShape shape = call_shape(p.q.view, p.k.view);
   CallShape longer = shape;
   longer.q_len = 151;
-  expect_error([&] { make_plan(p.mask, longer); }, "the mask was built for Lq=150 but the call has Lq=151");
+  expect_error([&] { make_plan(p.mask, longer); }, "the mask was built for Lq=150 but q has seq_len 151");
   CallShape odd_heads = shape;
   odd_heads.kv_heads = 3;
   expect_error([&] { make_plan(p.mask, odd_heads); }, "q heads (4) must be a multiple of k heads (3)");

@@ -15,6 +15,7 @@
 #include "cuda/common/scratch_pool.hpp"
 #include "cuda/common/rows_without_keys.hpp"
 #include "cuda/common/split_combine.hpp"
+#include "cuda/common/tensor_layout.hpp"
 #include "cuda/cuda_launch.hpp"
 #include "cuda/fwd_sm80/fwd_sm80.hpp"
 #include "cuda/fwd_sm90/fwd_sm90.hpp"
@@ -36,18 +37,9 @@ using cuda_detail::HeadPacking;
 
 constexpr double kLog2e = 1.4426950408889634;
 
-// Unit stride along D, other strides and the base aligned to `align_elems` elements.
+// Unit stride along D, other strides and the base aligned to `align_elems` elements, device memory.
 void check_layout(const TensorView& t, const char* name, int64_t align_elems) {
-  require(t.stride[3] == 1, "CUDA backend: ", name, " must have unit stride along head_dim, got ",
-          t.stride[3]);
-  for (int axis = 0; axis < 3; ++axis)
-    require(t.shape[axis] == 1 || t.stride[axis] % align_elems == 0, "CUDA backend: ", name,
-            " strides must be multiples of ", align_elems, " elements, got stride ", t.stride[axis],
-            " on axis ", axis);
-  const int64_t align_bytes = align_elems * dtype_size(t.dtype);
-  require(reinterpret_cast<uintptr_t>(t.data) % static_cast<uintptr_t>(align_bytes) == 0,
-          "CUDA backend: ", name, " must be ", align_bytes, "-byte aligned");
-  require(cuda_is_device_pointer(t.data), "CUDA backend: ", name, " must point to device memory");
+  cuda_detail::check_kernel_layout(t, "CUDA backend", name, align_elems);
 }
 
 cuda_detail::TensorArg tensor_arg(const TensorView& t) {

@@ -15,6 +15,7 @@
 #include "cuda/bwd_sm80/bwd_sm80.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/scratch_pool.hpp"
+#include "cuda/common/tensor_layout.hpp"
 #include "cuda/cuda_launch.hpp"
 #include "cuda/plan/device_mask_copy.hpp"
 #include "plan/plan_state.hpp"
@@ -35,15 +36,7 @@ constexpr int64_t kPairAlignElems = 2;
 
 // Unit stride along D, other strides and the base aligned to `align_elems` elements, device memory.
 void check_layout(const TensorView& t, const char* name, int64_t align_elems) {
-  require(t.stride[3] == 1, "CUDA backward: ", name, " must have unit stride along head_dim, got ", t.stride[3]);
-  for (int axis = 0; axis < 3; ++axis)
-    require(t.shape[axis] == 1 || t.stride[axis] % align_elems == 0, "CUDA backward: ", name,
-            " strides must be multiples of ", align_elems, " elements, got stride ", t.stride[axis], " on axis ",
-            axis);
-  const int64_t align_bytes = align_elems * dtype_size(t.dtype);
-  require(reinterpret_cast<uintptr_t>(t.data) % static_cast<uintptr_t>(align_bytes) == 0, "CUDA backward: ", name,
-          " must be ", align_bytes, "-byte aligned");
-  require(cuda_is_device_pointer(t.data), "CUDA backward: ", name, " must point to device memory");
+  cuda_detail::check_kernel_layout(t, "CUDA backward", name, align_elems);
 }
 
 BwdTensor tensor_arg(const TensorView& t) { return BwdTensor{t.data, t.stride[0], t.stride[1], t.stride[2]}; }

@@ -49,7 +49,7 @@ for dir in "$@"; do
   side=$(basename "$dir" | tr -c 'A-Za-z0-9_.\n-' _)
   [[ " ${sides[*]} new " != *" $side "* ]] || { echo "gpu_ab: two sides named $side (rename a directory)" >&2; exit 2; }
   mkdir -p "$work/$side"
-  cp -r CMakeLists.txt bench tools python "$work/$side/"
+  cp -r CMakeLists.txt cmake bench tools python "$work/$side/"
   cp -r "$dir/src" "$dir/include" "$work/$side/"
   if [ -d "$dir/bench" ]; then rm -rf "$work/$side/bench" && cp -r "$dir/bench" "$work/$side/"; fi
   sides+=("$side") trees+=("$work/$side")
@@ -67,7 +67,9 @@ for n in "${!sides[@]}"; do
   build "${trees[$n]}" "$work/build-${sides[$n]}" &
   pids+=($!)
 done
-for pid in "${pids[@]}"; do wait "$pid"; done
+failed=0
+for pid in "${pids[@]}"; do wait "$pid" || failed=1; done  # every build ends before the tree is removed
+[ $failed -eq 0 ] || exit 1
 
 : > "$OUT/ab.jsonl"
 for round in $(seq "${ROUNDS:-2}"); do

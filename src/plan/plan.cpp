@@ -13,6 +13,7 @@
 #include "spattn/error.hpp"
 
 #if defined(SPATTN_WITH_CUDA)
+#include "cuda/common/cuda_check.hpp"
 #include "cuda/plan/cuda_plan.hpp"
 #include "spattn/cuda.hpp"
 #endif
@@ -81,7 +82,7 @@ Backend plan_backend(Backend requested, int device) {
   require(backend_available(backend), "backend '", backend_name(backend),
           "' is not available in this build or on this machine");
   if (backend == Backend::Cuda)
-    require(on_device, "backend 'cuda' needs CUDA tensors (a plan for a device), got host tensors");
+    require(on_device, "backend 'cuda' needs tensors in CUDA device memory, got host memory");
   else
     require(!on_device, "backend '", backend_name(backend), "' runs host tensors, got tensors on CUDA device ",
             device);
@@ -145,6 +146,12 @@ Plan cached_plan(const BlockMask& mask, const CallShape& shape, Backend requeste
                  bool backward, void* stream) {
   PlanOptions options;
   options.device = tensor_device(q_data);
+#if defined(SPATTN_WITH_CUDA)
+  // An empty q holds no memory to name its device: a CUDA call then plans
+  // for the current device (it launches nothing).
+  if (q_data == nullptr && requested == Backend::Cuda)
+    cuda_detail::check_cuda(cudaGetDevice(&options.device), "cudaGetDevice");
+#endif
   options.backend = plan_backend(requested, options.device);
   options.backward = backward;
   options.stream = stream;

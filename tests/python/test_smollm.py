@@ -89,3 +89,24 @@ def test_dynamic_spec_errors_name_the_keyword():
     with pytest.raises(TypeError, match="observe needs a callable"):
         with hf.observe(3):
             pass
+
+
+def test_speed_rows_at_a_short_length(model_and_text):
+    """Prefill (real weights, and random ones past the context) and attention alone, every implementation."""
+    import copy
+
+    from spattn.integrations.smollm import speed
+
+    model, _, _ = model_and_text
+    short = copy.deepcopy(model)
+    short.config.max_position_embeddings = 64  # 96 tokens then take the random-weights model
+    rows = speed.prefill_rows(short, [48, 96], repeats=1, log=lambda line: None)
+    rows += speed.attention_rows(short, [160], repeats=1, log=lambda line: None)
+    families_timed = {family for family, _ in speed.SPEED_SPECS}
+    for kind, tokens, weights in (("prefill", 48, "real"), ("prefill", 96, "random"), ("attention", 160, None)):
+        mine = [r for r in rows if r["kind"] == kind and r["tokens"] == tokens]
+        assert {r["pattern"] for r in mine if r["implementation"] == hf.NAME} == families_timed
+        assert any(r["implementation"] == "sdpa" for r in mine)
+        for r in mine:
+            assert r["ms"] > 0, r
+            assert weights is None or r["weights"] == weights

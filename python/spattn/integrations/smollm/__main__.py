@@ -2,11 +2,14 @@
 
 usage: python -m spattn.integrations.smollm [--device auto|cpu|cuda] [--cache DIR] [--out-dir DIR]
        [--sweep LENGTH:TEXT,...[:FAMILY,...]]... [--new-tokens N] [--prompt-tokens N] [--no-generate]
+       [--speed-lengths N,...]
 
 --sweep is repeatable; family names take "_" for spaces (dynamic_top-k).
 Default on CUDA: 2048 and 8192 tokens of the three books, every family; on
 CPU (kept modest): 2048 tokens of the three books, every family, and 8192
-tokens of alice29 for dense, streaming and the dynamic families. The output folder (default
+tokens of alice29 for dense, streaming and the dynamic families. --speed-lengths (default
+8192,32768,131072 on CUDA, 2048 on CPU; "" for none) times prefill and attention alone with each
+pattern next to sdpa and FlexAttention (speed.py). The output folder (default
 bench/results/<cpu|cuda>-<machine>) gets demo.json, quality.png and the mask
 pictures masks_*.png.
 """
@@ -22,7 +25,7 @@ from pathlib import Path
 import torch
 
 import spattn
-from spattn.integrations.smollm import assets, families, figures, generate, quality
+from spattn.integrations.smollm import assets, families, figures, generate, quality, speed
 
 PICTURE_LAYERS = (0, 10, 20, 29)
 PICTURE_SPECS = {"masks_topk8.png": ("dynamic top-k", 8), "masks_mass90.png": ("dynamic mass", 0.9)}
@@ -33,6 +36,7 @@ GENERATION_SPECS = [("dense", {"pattern": "causal", "block_size": 64}),
                     ("streaming 4 + 256", {"pattern": "streaming", "sink": 4, "window": 256, "block_size": 64}),
                     ("dynamic top-8 blocks of 64", {"pattern": "dynamic", "topk": 8, "block_size": 64})]
 PROMPT_OFFSET = 1000
+DEFAULT_SPEED_LENGTHS = {"cuda": "8192,32768,131072", "cpu": "2048"}
 DEFAULT_SWEEPS = {"cuda": ["2048:alice29,plrabn12,lcet10", "8192:alice29,plrabn12,lcet10"],
                   "cpu": ["2048:alice29,plrabn12,lcet10", "8192:alice29:dense,streaming,dynamic_top-k,dynamic_mass"]}
 
@@ -69,6 +73,16 @@ def parse_sweep(value: str) -> tuple:
     return int(parts[0]), texts, wanted
 
 
+def parse_lengths(value: str) -> list:
+    try:
+        lengths = [int(part) for part in value.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--speed-lengths wants N,... (tokens), got {value!r}") from None
+    if any(n < 2 for n in lengths):
+        raise argparse.ArgumentTypeError(f"--speed-lengths: every length must be >= 2, got {value!r}")
+    return lengths
+
+
 def arguments(argv):
     parser = argparse.ArgumentParser(prog="python -m spattn.integrations.smollm", description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
@@ -78,6 +92,7 @@ def arguments(argv):
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--prompt-tokens", type=int, default=1024)
     parser.add_argument("--no-generate", action="store_true")
+    parser.add_argument("--speed-lengths", type=parse_lengths, default=None)
     args = parser.parse_args(argv)
     if args.new_tokens < 1 or args.prompt_tokens < 1:
         parser.error(f"--new-tokens and --prompt-tokens must be >= 1, got {args.new_tokens}, {args.prompt_tokens}")
@@ -123,7 +138,8 @@ def main(argv=None) -> int:
     model, tokenizer = assets.load_model(args.cache, device)
     doc = {"model": assets.MODEL_NAME, "model_package": "==".join(assets.MODEL_PACKAGE),
            "text_package": "==".join(assets.TEXT_PACKAGE), "machine": where["device"], "dtype": "float32",
-           "spattn_cuda": spattn.built_with_cuda(), "torch": torch.__version__, "generation": [], "rows": []}
+           "spattn_cuda": spattn.built_with_cuda(), "torch": torch.__version__, "generation": [], "rows": [],
+           "speed": []}
     if not args.no_generate:
         prompts = {}
         for name in ("alice29", "plrabn12"):
@@ -144,12 +160,21 @@ def main(argv=None) -> int:
         gap = abs(sdpa["perplexity"] - ours["perplexity"]) / sdpa["perplexity"]
         print(f"{sdpa['text']} {sdpa['tokens']}: dense perplexity sdpa {sdpa['perplexity']:.4f}, "
               f"spattn {ours['perplexity']:.4f} (relative gap {gap:.1e})")
-    (out_dir / "demo.json").write_text(json.dumps(doc, indent=1) + "\n")
     written = ["demo.json"]
     if doc["rows"]:
         figures.plot_quality(doc["rows"], title, out_dir / "quality.png")
         written += ["quality.png"] + pictures(results, out_dir, f"{results[0][0]['text']}, "
                                               f"first {results[0][0]['tokens']} tokens")
+    # Written before the speed runs and again after them, so that the quality
+    # results survive a speed run that is stopped.
+    (out_dir / "demo.json").write_text(json.dumps(doc, indent=1) + "\n")
+    lengths = args.speed_lengths if args.speed_lengths is not None else parse_lengths(
+        DEFAULT_SPEED_LENGTHS[device.type])
+    if lengths:
+        doc["speed"] = speed.prefill_rows(model, lengths)
+        (out_dir / "demo.json").write_text(json.dumps(doc, indent=1) + "\n")
+        doc["speed"] += speed.attention_rows(model, lengths)
+        (out_dir / "demo.json").write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {', '.join(str(out_dir / name) for name in written)}")
     return 0
 

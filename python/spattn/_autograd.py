@@ -1,10 +1,12 @@
-"""Gradients of the spattn operators (``torch.library.register_autograd``).
+"""Gradients of the spattn operators.
 
 ``spattn::attention`` differentiates through ``spattn::attention_backward``
 (spattn/backward.hpp, on the host and CUDA backends) with respect to q, k
-and v, given the gradients of both outputs; the mask is a constant (for
-``dynamic_attention`` the selection is not differentiated, as in top-k sparse
-attention generally). The operators without a backward pass yet, the varlen
+and v, given the gradients of both outputs; the mask is a constant. Its
+autograd kernel is C++ (python/csrc/attention_autograd.cpp), so a call runs
+no Python past the argument checks; ``attention_backward``'s fake kernel for
+torch.compile is here. For ``dynamic_attention`` the selection is not
+differentiated, as in top-k sparse attention generally. The operators without a backward pass yet, the varlen
 operator and the fused device ``dynamic_attention``, raise when a gradient
 reaches them instead of leaving ``.grad`` silently empty; their forward runs
 as before, so inference with tensors that require grad is unaffected.
@@ -24,23 +26,6 @@ def _no_gradient(what: str):
         "torch.no_grad() (or on tensors that do not require grad), or use spattn.attention, which has one")
 
 
-def _attention_setup(ctx, inputs, output):
-    q, k, v, mask, scale, backend = inputs
-    out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, mask)
-    ctx.scale, ctx.backend = scale, backend
-
-
-def _attention_backward(ctx, d_out, d_lse):
-    q, k, v, out, lse, mask = ctx.saved_tensors
-    if d_out is None:
-        d_out = torch.zeros_like(out)
-    if d_lse is None:
-        d_lse = torch.zeros_like(lse)
-    dq, dk, dv = ops.attention_backward(d_out, d_lse, q, k, v, out, lse, mask, ctx.scale, ctx.backend)
-    return dq, dk, dv, None, None, None
-
-
 def _attention_backward_fake(d_out, d_lse, q, k, v, out, lse, mask, scale, backend):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
@@ -58,6 +43,5 @@ def _dynamic_backward(ctx, d_out, d_lse):
 
 
 torch.library.register_fake("spattn::attention_backward")(_attention_backward_fake)
-torch.library.register_autograd("spattn::attention", _attention_backward, setup_context=_attention_setup)
 torch.library.register_autograd("spattn::attention_varlen", _varlen_backward, setup_context=_save_nothing)
 torch.library.register_autograd("spattn::dynamic_attention", _dynamic_backward, setup_context=_save_nothing)

@@ -27,7 +27,20 @@ _BACKENDS = ("auto", "reference", "cpu", "cuda")
 _HAS_CUDA = built_with_cuda()
 
 
+def _well_formed(q, k, v) -> bool:
+    """The common case in a few metadata reads; _check_tensors names what is wrong otherwise."""
+    if not (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)):
+        return False
+    qs, ks = q.shape, k.shape
+    return (len(qs) == 4 and len(ks) == 4 and ks == v.shape and qs[0] == ks[0] and qs[3] == ks[3]
+            and qs[3] > 0 and ks[1] > 0 and qs[1] % ks[1] == 0 and q.dtype in _DTYPES
+            and q.dtype == k.dtype == v.dtype and q.device == k.device == v.device
+            and (_HAS_CUDA or not q.is_cuda))
+
+
 def _check_tensors(q, k, v) -> None:
+    if _well_formed(q, k, v):
+        return
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")

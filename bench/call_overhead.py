@@ -11,7 +11,7 @@ Two measurements, bf16, (B, H, L, D) tensors:
     launches). Rows: spattn.attention with mask=None, with a dense mask
     built once, with a causal mask built once, and SDPA (its default
     backend choice, and is_causal for the causal row). Median of --rounds
-    rounds.
+    rounds, the cases interleaved in each round.
   * large calls: mask=None against the same call with an explicit dense
     mask (patterns.dense) at --seq tokens and --heads heads, CUDA-event
     median; the two must run at the same rate (both take the plan the mask
@@ -32,21 +32,25 @@ import time
 from torch_peers import time_ms
 
 
-def host_us_per_call(fn, calls, rounds):
-    """Median over rounds of the host time per call of `calls` back-to-back calls (after a warm-up)."""
+def host_us_per_call(cases, calls, rounds):
+    """{name: (median, min, max)} over rounds of the host time per call of `calls` back-to-back calls
+    of each case (after a warm-up), the cases interleaved in every round so that clock ramps and
+    drift fall on all of them alike."""
     import torch
 
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    per_call = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(calls):
+    for _, fn in cases:
+        for _ in range(50):
             fn()
-        torch.cuda.synchronize()
-        per_call.append((time.perf_counter() - start) / calls * 1e6)
-    return statistics.median(per_call), min(per_call), max(per_call)
+    torch.cuda.synchronize()
+    per_call = {name: [] for name, _ in cases}
+    for _ in range(rounds):
+        for name, fn in cases:
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            torch.cuda.synchronize()
+            per_call[name].append((time.perf_counter() - start) / calls * 1e6)
+    return {name: (statistics.median(t), min(t), max(t)) for name, t in per_call.items()}
 
 
 def main():
@@ -80,8 +84,7 @@ def main():
         ("spattn, causal mask", lambda: spattn.attention(q, k, v, causal)),
         ("SDPA, is_causal", lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)),
     ]
-    for name, fn in cases:
-        median, low, high = host_us_per_call(fn, args.calls, args.rounds)
+    for name, (median, low, high) in host_us_per_call(cases, args.calls, args.rounds).items():
         rows.append({"measure": "host_us_per_call", "case": name, "shape": args.tiny, "median": median,
                      "min": low, "max": high})
     sdpa = next(r["median"] for r in rows if r["case"] == "SDPA")

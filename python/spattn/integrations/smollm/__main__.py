@@ -137,7 +137,8 @@ def main(argv=None) -> int:
     texts = assets.load_texts(args.cache)
     model, tokenizer = assets.load_model(args.cache, device)
     doc = {"model": assets.MODEL_NAME, "model_package": "==".join(assets.MODEL_PACKAGE),
-           "text_package": "==".join(assets.TEXT_PACKAGE), "machine": where["device"], "dtype": "float32",
+           "text_package": "==".join(assets.TEXT_PACKAGE), "machine": where["device"],
+           "dtype": str(assets.model_dtype(device)).removeprefix("torch."),
            "spattn_cuda": spattn.built_with_cuda(), "torch": torch.__version__, "generation": [], "rows": [],
            "speed": []}
     if not args.no_generate:
@@ -153,7 +154,7 @@ def main(argv=None) -> int:
         results += quality.sweep(model, tokenizer, {n: texts[n] for n in text_names}, length, specs,
                                  assets.MODEL_NAME, keep_masks_of_layers=PICTURE_LAYERS)
     doc["rows"] = [row for row, _ in results]
-    title = f"{assets.MODEL_NAME}, fp32, {where['device']}"
+    title = f"{assets.MODEL_NAME}, {doc['dtype']}, {where['device']}"
     for sdpa in (row for row in doc["rows"] if row["implementation"] == "sdpa"):
         ours = next(row for row in doc["rows"] if row["pattern"] == "dense" and row["implementation"] != "sdpa"
                     and (row["text"], row["tokens"]) == (sdpa["text"], sdpa["tokens"]))

@@ -83,8 +83,16 @@ def load_texts(cache: Path | None = None) -> dict:
             for name, path in text_files(cache).items()}
 
 
+def model_dtype(device):
+    """The demo's model dtype on `device`: fp32 on the CPU, bf16 on CUDA."""
+    import torch
+
+    return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
+
+
 def load_model(cache: Path | None = None, device="cpu", attn_implementation: str = "spattn"):
-    """(model, tokenizer): SmolLM2-135M in fp32 on `device`, eval mode."""
+    """(model, tokenizer): SmolLM2-135M on `device`, eval mode: fp32 on the CPU, bf16 on CUDA (the
+    CUDA kernels take fp16 and bf16)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -92,6 +100,6 @@ def load_model(cache: Path | None = None, device="cpu", attn_implementation: str
 
     path = model_file(cache)
     tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32,
+    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=model_dtype(device),
                                                  attn_implementation=attn_implementation)
     return model.to(device).eval(), tokenizer

@@ -157,8 +157,9 @@ def attention_rows(model, lengths: list, repeats: int = 10, log=print) -> list:
             mask = builder(length, length, device=device, **families.parameters(spec))
             runs.append((hf.NAME, family, spec, lambda mask=mask: spattn.attention(q, k, v, mask)))
             if flex is not None:
+                # compiled, so that no length x length mask is formed on the way
                 block_mask = create_block_mask(_flex_mask_mod(spec, length), None, None, length, length,
-                                               device=device)
+                                               device=device, _compile=True)
                 runs.append(("flex_attention", family, spec,
                              lambda block_mask=block_mask: flex(q, k, v, block_mask=block_mask, enable_gqa=True)))
         for implementation, family, spec, run in runs:

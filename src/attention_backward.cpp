@@ -21,6 +21,11 @@ void validate_attention_backward(const TensorView& q, const TensorView& k, const
                                  const AttentionGrads& grads, const BlockMask& mask,
                                  const TensorView* d_lse) {
   validate_attention(q, k, v, out, mask, &lse);
+  validate_gradient_tensors(q, k, v, lse, d_out, grads, d_lse);
+}
+
+void validate_gradient_tensors(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& lse,
+                               const TensorView& d_out, const AttentionGrads& grads, const TensorView* d_lse) {
   validate_tensor(d_out, "d_out");
   require_same_shape(d_out, "d_out", q, "q");
   if (d_lse) {

@@ -12,6 +12,7 @@
 #include "plan/plan_state.hpp"
 #include "spattn/attention.hpp"
 #include "spattn/error.hpp"
+#include "varlen_sequences.hpp"
 
 #if defined(SPATTN_WITH_CUDA)
 #include "cuda/cuda_launch.hpp"
@@ -73,6 +74,29 @@ CallShape varlen_call_shape(const TensorView& q, const TensorView& k, const Varl
   return shape;
 }
 
+namespace detail {
+
+VarlenSequence varlen_sequence(const VarlenBatch& batch, int64_t b) {
+  VarlenSequence s;
+  s.q_first = batch.cu_seqlens_q[b];
+  s.q_len = batch.cu_seqlens_q[b + 1] - s.q_first;
+  s.k_first = batch.cu_seqlens_k[b];
+  s.k_len = batch.cu_seqlens_k[b + 1] - s.k_first;
+  return s;
+}
+
+BlockMask sequence_mask(const BlockMask& mask, const VarlenSequence& s, int64_t num_heads) {
+  MaskShape shape;
+  shape.q_len = s.q_len;
+  shape.k_len = s.k_len;
+  shape.block_q = mask.block_q();
+  shape.block_k = mask.block_k();
+  shape.num_heads = num_heads;
+  return BlockMask::build(mask.pattern()->within_length(s.k_len), shape);
+}
+
+}  // namespace detail
+
 namespace {
 
 // A call validated against the mask, on the host backend `backend`: each
@@ -85,19 +109,12 @@ void host_varlen(const TensorView& q, const TensorView& k, const TensorView& v, 
   check_cu_seqlens(batch, q.seq_len(), k.seq_len());
   if (out.empty()) return;  // no query rows, or no query heads
   for (int64_t b = 0; b < batch.num_seqs; ++b) {
-    const int64_t q_first = batch.cu_seqlens_q[b], k_first = batch.cu_seqlens_k[b];
-    const int64_t lq = batch.cu_seqlens_q[b + 1] - q_first, lk = batch.cu_seqlens_k[b + 1] - k_first;
-    if (lq == 0) continue;
-    MaskShape shape;
-    shape.q_len = lq;
-    shape.k_len = lk;
-    shape.block_q = mask.block_q();
-    shape.block_k = mask.block_k();
-    shape.num_heads = q.heads();
-    const BlockMask own = BlockMask::build(mask.pattern()->within_length(lk), shape);
-    const TensorView qs = seq_slice(q, q_first, lq), ks = seq_slice(k, k_first, lk),
-                     vs = seq_slice(v, k_first, lk), outs = seq_slice(out, q_first, lq);
-    const TensorView lses = lse ? seq_slice(*lse, q_first, lq) : TensorView{};
+    const detail::VarlenSequence s = detail::varlen_sequence(batch, b);
+    if (s.q_len == 0) continue;
+    const BlockMask own = detail::sequence_mask(mask, s, q.heads());
+    const TensorView qs = seq_slice(q, s.q_first, s.q_len), ks = seq_slice(k, s.k_first, s.k_len),
+                     vs = seq_slice(v, s.k_first, s.k_len), outs = seq_slice(out, s.q_first, s.q_len);
+    const TensorView lses = lse ? seq_slice(*lse, s.q_first, s.q_len) : TensorView{};
     const TensorView* lse_b = lse ? &lses : nullptr;
     if (backend == Backend::Reference)
       reference_attention(qs, ks, vs, outs, own, scale, lse_b);

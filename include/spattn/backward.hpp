@@ -38,6 +38,11 @@ void validate_attention_backward(const TensorView& q, const TensorView& k, const
                                  const AttentionGrads& grads, const BlockMask& mask,
                                  const TensorView* d_lse);
 
+// The checks of the backward's own tensors against the forward's: d_out has
+// q's shape, d_lse (fp32) lse's, and dq, dk, dv the shapes of q, k and v.
+void validate_gradient_tensors(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& lse,
+                               const TensorView& d_out, const AttentionGrads& grads, const TensorView* d_lse);
+
 // With the plan of the call's shape from the mask's cache (its backward
 // lists made on the shape's first backward call).
 void attention_backward(const TensorView& q, const TensorView& k, const TensorView& v,
@@ -50,6 +55,24 @@ void attention_backward(const TensorView& q, const TensorView& k, const TensorVi
                         const TensorView& out, const TensorView& lse, const TensorView& d_out,
                         const AttentionGrads& grads, const Plan& plan, const AttentionOptions& options = {},
                         const TensorView* d_lse = nullptr);
+
+// ---- variable-length batches (attention_varlen) ----
+//
+// The gradients of attention_varlen() on the same packed tensors, batch,
+// mask and options, given its out and lse (and d_out, d_lse of the same
+// packed shapes). The host backends (Reference, Cpu; Auto on host tensors,
+// the reference for fp64) run each sequence's backward with the mask of its
+// own lengths; rows of sequences without queries get zero dk and dv. The
+// CUDA backend has no varlen backward yet: it is refused with an error.
+void validate_attention_varlen_backward(const TensorView& q, const TensorView& k, const TensorView& v,
+                                        const TensorView& out, const TensorView& lse, const TensorView& d_out,
+                                        const AttentionGrads& grads, const VarlenBatch& batch,
+                                        const BlockMask& mask, const TensorView* d_lse);
+
+void attention_varlen_backward(const TensorView& q, const TensorView& k, const TensorView& v,
+                               const TensorView& out, const TensorView& lse, const TensorView& d_out,
+                               const AttentionGrads& grads, const VarlenBatch& batch, const BlockMask& mask,
+                               const AttentionOptions& options = {}, const TensorView* d_lse = nullptr);
 
 // ---- backends (called by attention_backward() after validation) ----
 

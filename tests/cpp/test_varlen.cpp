@@ -3,13 +3,14 @@
 // fp64 oracle at the sequence's own lengths) for every prefix-stable pattern,
 // with empty, one-token and ragged sequences and GQA; which patterns are
 // prefix stable; and bad cu_seqlens, masks and tensors rejected with messages
-// that name them.
+// that name them; the backward equals each sequence's dense fp64 gradients.
 #include <gtest/gtest.h>
 
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "spattn/backward.hpp"
 #include "varlen_support.hpp"
 
 namespace spattn::testing {
@@ -125,6 +126,85 @@ TEST(Varlen, QueryChunksAfterCachedKeysEqualEachSequenceAlone) {
     check_against_sequences(Backend::Cpu, DType::F32, np, q_lengths, 64, 64, k_lengths);
     check_against_sequences(Backend::Cpu, DType::BF16, np, q_lengths, 16, 128, k_lengths);
   }
+}
+
+// The backward of a packed batch on the host backends, into poisoned
+// gradients: each sequence's dq, dk, dv equal the dense fp64 oracle's on the
+// sequence's own rows and lengths (output and LSE gradients both given);
+// keys of a sequence without queries get exactly 0.
+void check_backward_against_sequences(Backend backend, const NamedPattern& np, const std::vector<int64_t>& q_lengths,
+                                      const std::vector<int64_t>& k_lengths) {
+  SCOPED_TRACE(np.name + " backward on " + backend_name(backend));
+  std::mt19937_64 rng(4321);
+  const int64_t Hq = 4, Hkv = 2, D = 16;
+  PackedProblem pp(DType::F32, q_lengths, k_lengths, Hq, Hkv, D, rng);
+  HostTensor out(DType::F32, 1, Hq, pp.total, D, Layout::BLHD), d_out(DType::F32, 1, Hq, pp.total, D, Layout::BLHD);
+  HostTensor lse(DType::F32, 1, Hq, pp.total, 1), d_lse(DType::F32, 1, Hq, pp.total, 1);
+  HostTensor dq(DType::F32, 1, Hq, pp.total, D, Layout::BLHD), dk(DType::F32, 1, Hkv, pp.total_k, D, Layout::BLHD);
+  HostTensor dv(DType::F32, 1, Hkv, pp.total_k, D, Layout::BLHD);
+  d_out.fill_random(rng);
+  d_lse.fill_random(rng);
+  dq.poison();
+  dk.poison();
+  dv.poison();
+  const BlockMask mask = varlen_mask(np.pattern, pp.max_len, 32, 64, Hq);
+  const VarlenBatch batch = pp.batch(pp.cu_seqlens.data(), pp.cu_seqlens_k.data());
+  AttentionOptions options;
+  options.backend = backend;
+  attention_varlen(pp.q.view, pp.k.view, pp.v.view, out.view, batch, mask, options, &lse.view);
+  attention_varlen_backward(pp.q.view, pp.k.view, pp.v.view, out.view, lse.view, d_out.view,
+                            {dq.view, dk.view, dv.view}, batch, mask, options, &d_lse.view);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  for (size_t b = 0; b < q_lengths.size(); ++b) {
+    const int64_t q0 = pp.cu_seqlens[b], lq = q_lengths[b], k0 = pp.cu_seqlens_k[b], lk = k_lengths[b];
+    if (lq == 0) {
+      for (const double x : values_of(seq_slice(dk.view, k0, lk))) ASSERT_EQ(x, 0.0) << "dk of sequence " << b;
+      for (const double x : values_of(seq_slice(dv.view, k0, lk))) ASSERT_EQ(x, 0.0) << "dv of sequence " << b;
+      continue;
+    }
+    const TensorView d_lse_b = seq_slice(d_lse.view, q0, lq);
+    const DenseGrads want = dense_masked_attention_backward(
+        seq_slice(pp.q.view, q0, lq), seq_slice(pp.k.view, k0, lk), seq_slice(pp.v.view, k0, lk),
+        seq_slice(d_out.view, q0, lq), &d_lse_b, np.pattern.within_length(lk), scale);
+    EXPECT_LT(relative_error(values_of(seq_slice(dq.view, q0, lq)), want.dq), 1e-4) << "dq of sequence " << b;
+    EXPECT_LT(relative_error(values_of(seq_slice(dk.view, k0, lk)), want.dk), 1e-4) << "dk of sequence " << b;
+    EXPECT_LT(relative_error(values_of(seq_slice(dv.view, k0, lk)), want.dv), 1e-4) << "dv of sequence " << b;
+  }
+}
+
+TEST(Varlen, BackwardEqualsEachSequenceAlone) {
+  const std::vector<int64_t> q_lengths = {17, 1, 0, 64, 5, 130, 33};
+  const std::vector<int64_t> k_lengths = {40, 1, 9, 64, 70, 130, 97};
+  for (const NamedPattern& np : stable_patterns())
+    for (const Backend backend : {Backend::Reference, Backend::Cpu})
+      check_backward_against_sequences(backend, np, q_lengths, k_lengths);
+}
+
+TEST(Varlen, BackwardRejectsTheCudaBackendAndBadGradients) {
+  std::mt19937_64 rng(7);
+  PackedProblem pp(DType::F32, {6, 10}, 2, 1, 8, rng);
+  HostTensor out(DType::F32, 1, 2, pp.total, 8, Layout::BLHD), lse(DType::F32, 1, 2, pp.total, 1);
+  HostTensor short_dq(DType::F32, 1, 2, pp.total - 1, 8, Layout::BLHD);
+  const BlockMask mask = varlen_mask(Pattern::causal(), pp.max_len, 16, 16, 2);
+  const VarlenBatch batch = pp.batch(pp.cu_seqlens.data(), pp.cu_seqlens_k.data());
+  attention_varlen(pp.q.view, pp.k.view, pp.v.view, out.view, batch, mask, {}, &lse.view);
+  const auto message = [&](const AttentionGrads& g, Backend backend) {
+    AttentionOptions options;
+    options.backend = backend;
+    try {
+      attention_varlen_backward(pp.q.view, pp.k.view, pp.v.view, out.view, lse.view, out.view, g, batch, mask,
+                                options);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const AttentionGrads good{out.view, pp.k.view, pp.v.view};
+  EXPECT_NE(message({short_dq.view, pp.k.view, pp.v.view}, Backend::Cpu).find("dq shape"), std::string::npos);
+  const std::string cuda = message(good, Backend::Cuda);
+  EXPECT_TRUE(cuda.find("backend 'cuda' is not available") != std::string::npos ||
+              cuda.find("has no varlen backward yet") != std::string::npos)
+      << cuda;
 }
 
 TEST(Varlen, SingleSequenceEqualsAttention) {

@@ -6,6 +6,7 @@
 #include "spattn/block_mask.hpp"
 #include "spattn/dtype.hpp"
 #include "spattn/error.hpp"
+#include "spattn/kvcache.hpp"
 #include "spattn/pattern.hpp"
 #include "spattn/select.hpp"
 #include "spattn/tensor.hpp"

@@ -153,8 +153,8 @@ void validate_attention_with_kvcache(const TensorView& q, const KvCacheView& cac
             "), got (", k_new->batch(), ", ", k_new->heads(), ", ", k_new->seq_len(), ", ", k_new->head_dim(), ")");
   }
   if (mask) {
-    require(mask->pattern() != nullptr && mask->is_pattern_plan(), "attention_with_kvcache: the mask must come "
-            "from a pattern (its pattern is applied at each sequence's lengths), not from block arrays");
+    require(mask->pattern() != nullptr, "attention_with_kvcache: the mask must come from a pattern (its pattern is "
+            "applied at each sequence's lengths), not from block arrays alone");
     require(mask->pattern()->is_prefix_stable(), "attention_with_kvcache: the pattern ", mask->pattern()->describe(),
             " depends on the sequence lengths (BigBird, custom masks), so it cannot follow a growing cache");
   }

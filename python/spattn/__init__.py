@@ -7,7 +7,9 @@
 ``spattn.attention`` is a ``torch.library`` operator (CPU and, when built with
 CUDA, CUDA kernels, plus a fake kernel), so ``torch.compile(fullgraph=True)``
 traces it without graph breaks; ``spattn.attention_varlen`` takes packed
-batches of variable-length sequences (FlashAttention's ``cu_seqlens``). Masks
+batches of variable-length sequences (FlashAttention's ``cu_seqlens``);
+``spattn.attention_with_kvcache`` attends over a paged or contiguous KV cache
+(CPU tensors for now). Masks
 come from ``spattn.patterns``, ``spattn.BlockMask.from_dense`` or
 ``spattn.BlockMask.from_flex``; the Hugging Face integration is
 ``spattn.integrations.hf``. ``spattn.select_blocks`` and
@@ -19,7 +21,8 @@ from spattn._ops import built_with_cuda
 from spattn.attention import attention, attention_varlen
 from spattn.block_mask import BlockMask
 from spattn.dynamic import dynamic_attention, select_blocks, select_blocks_batched
+from spattn.kvcache import attention_with_kvcache
 
-__all__ = ["attention", "attention_varlen", "BlockMask", "patterns", "built_with_cuda", "select_blocks", "select_blocks_batched",
+__all__ = ["attention", "attention_varlen", "attention_with_kvcache", "BlockMask", "patterns", "built_with_cuda", "select_blocks", "select_blocks_batched",
            "dynamic_attention"]
 __version__ = "0.1.0"

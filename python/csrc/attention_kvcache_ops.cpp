@@ -1,0 +1,86 @@
+// python/csrc/attention_kvcache_ops.cpp - the spattn::attention_with_kvcache
+// operator and its CPU kernel (spattn/kvcache.hpp).
+//
+// FlashAttention's layout: q (B, Lq, Hq, D); caches (num_pages, page_size,
+// Hkv, D) with an int32 page_table (B, max_pages), or contiguous (B, Lk_max,
+// Hkv, D) without one; optional new k, v (B, L_new, Hkv, D) written into the
+// caches in place (the schema marks both caches mutated); int32 cache_seqlens
+// (B). The mask crosses as for spattn::attention (its pattern is applied at
+// each sequence's lengths), or None for dense attention. Returns (out (B, Lq,
+// Hq, D), lse (B, Hq, Lq) fp32). CUDA tensors have no kernel yet.
+#include <torch/library.h>
+
+#include <optional>
+#include <tuple>
+
+#include "attention_op.hpp"
+#include "mask_registry.hpp"
+#include "spattn/kvcache.hpp"
+#include "tensor_bridge.hpp"
+
+namespace spattn::torch_bridge {
+namespace {
+
+// (B, L, H, D) -> its logical (B, H, L, D) view; errors name `name`.
+TensorView blhd_view_of(const at::Tensor& t, const char* name) {
+  TORCH_CHECK_VALUE(t.dim() == 4, name, " must be 4-D (batch or pages, seq_len, heads, head_dim), got ", t.dim(),
+                    "-D shape ", t.sizes());
+  return view_of(t.transpose(1, 2), name);
+}
+
+at::Tensor int32_on_host(const at::Tensor& t, int64_t dims, const char* name) {
+  TORCH_CHECK_TYPE(t.scalar_type() == at::kInt, name, " dtype must be torch.int32, got ", t.scalar_type());
+  TORCH_CHECK_VALUE(t.dim() == dims, name, " must be ", dims, "-D, got shape ", t.sizes());
+  return t.contiguous();
+}
+
+std::tuple<at::Tensor, at::Tensor> attention_with_kvcache_cpu(
+    const at::Tensor& q, at::Tensor& k_cache, at::Tensor& v_cache, const std::optional<at::Tensor>& k,
+    const std::optional<at::Tensor>& v, const at::Tensor& cache_seqlens, const std::optional<at::Tensor>& page_table,
+    const std::optional<at::Tensor>& mask, std::optional<double> scale, c10::string_view backend) {
+  return run_with_value_errors([&] {
+    const at::Tensor seqlens = int32_on_host(cache_seqlens, 1, "cache_seqlens");
+    TORCH_CHECK_VALUE(seqlens.size(0) == q.size(0), "cache_seqlens has ", seqlens.size(0), " entries but q has batch ",
+                      q.size(0));
+    KvCacheView cache;
+    cache.k_cache = blhd_view_of(k_cache, "k_cache");
+    cache.v_cache = blhd_view_of(v_cache, "v_cache");
+    cache.cache_seqlens = seqlens.data_ptr<int32_t>();
+    at::Tensor table;
+    if (page_table) {
+      table = int32_on_host(*page_table, 2, "page_table");
+      TORCH_CHECK_VALUE(table.size(0) == q.size(0), "page_table has ", table.size(0), " rows but q has batch ",
+                        q.size(0));
+      cache.page_table = table.data_ptr<int32_t>();
+      cache.max_pages = table.size(1);
+    }
+    const TensorView q_view = blhd_view_of(q, "q");
+    at::Tensor out = at::empty_like(q);
+    at::Tensor lse = at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat));
+    const TensorView out_view = blhd_view_of(out, "out"), lse_view = lse_view_of(lse);
+    std::optional<TensorView> k_view, v_view;
+    if (k) k_view = blhd_view_of(*k, "k");
+    if (v) v_view = blhd_view_of(*v, "v");
+    AttentionOptions options;
+    options.scale = scale;
+    options.backend = host_backend(backend, dtype_of(q, "q"));
+    const std::shared_ptr<const BlockMask> registered =
+        mask ? registered_mask(mask, q.size(1), q.size(1)) : std::shared_ptr<const BlockMask>();
+    attention_with_kvcache(q_view, cache, k_view ? &*k_view : nullptr, v_view ? &*v_view : nullptr, out_view,
+                           registered.get(), options, &lse_view);
+    return std::make_tuple(out, lse);
+  });
+}
+
+}  // namespace
+}  // namespace spattn::torch_bridge
+
+TORCH_LIBRARY_FRAGMENT(spattn, m) {
+  m.def(
+      "attention_with_kvcache(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor? k, Tensor? v, "
+      "Tensor cache_seqlens, Tensor? page_table, Tensor? mask, float? scale, str backend) -> (Tensor out, Tensor lse)");
+}
+
+TORCH_LIBRARY_IMPL(spattn, CPU, m) {
+  m.impl("attention_with_kvcache", &spattn::torch_bridge::attention_with_kvcache_cpu);
+}

@@ -1,0 +1,141 @@
+"""spattn.attention_with_kvcache on CPU tensors: paged and contiguous caches.
+
+Each sequence's result equals float64 attention over its keys laid out in
+order (kept by the test, never read back from the cache) with the pattern at
+its own lengths; new keys land in the cache at the sequence's length; a
+streaming decode works with the middle pages freed (page-table entries -1,
+their contents NaN); bad arguments raise errors that name them.
+"""
+import pytest
+import torch
+
+import spattn
+from spattn import patterns
+
+import spec
+from spec import randn
+
+HQ, HKV, D = 4, 2, 16
+
+
+def make_cache(rng, cached, new_len, page_size, dtype, paged=True):
+    """(k_cache, v_cache, page_table, keys, values, k_new, v_new): each sequence's full keys in order."""
+    B = len(cached)
+    max_pages = max(c + new_len for c in cached) // page_size + 2
+    keys = [randn(rng, c + new_len, HKV, D).to(dtype) for c in cached]
+    values = [randn(rng, c + new_len, HKV, D).to(dtype) for c in cached]
+    k_new = torch.stack([k[c:] for k, c in zip(keys, cached)]) if new_len else None
+    v_new = torch.stack([v[c:] for v, c in zip(values, cached)]) if new_len else None
+    if paged:
+        pages = B * max_pages
+        table = torch.randperm(pages, generator=rng).to(torch.int32).reshape(B, max_pages)
+        k_cache = torch.full((pages, page_size, HKV, D), float("nan"), dtype=dtype)
+        v_cache = torch.full((pages, page_size, HKV, D), float("nan"), dtype=dtype)
+        for b, c in enumerate(cached):
+            for j in range(c):
+                k_cache[table[b, j // page_size], j % page_size] = keys[b][j]
+                v_cache[table[b, j // page_size], j % page_size] = values[b][j]
+    else:
+        table = None
+        k_cache = torch.full((B, max_pages * page_size, HKV, D), float("nan"), dtype=dtype)
+        v_cache = torch.full((B, max_pages * page_size, HKV, D), float("nan"), dtype=dtype)
+        for b, c in enumerate(cached):
+            k_cache[b, :c], v_cache[b, :c] = keys[b][:c], values[b][:c]
+    return k_cache, v_cache, table, keys, values, k_new, v_new
+
+
+def expected(q, keys, values, allowed_of):
+    """float64 out (B, Lq, Hq, D) and lse (B, Hq, Lq), each sequence alone."""
+    outs, lses = [], []
+    group = HQ // HKV
+    for b in range(q.shape[0]):
+        qb = q[b:b + 1].transpose(1, 2).double()
+        kb = keys[b].transpose(0, 1).unsqueeze(0).double().repeat_interleave(group, 1)
+        vb = values[b].transpose(0, 1).unsqueeze(0).double().repeat_interleave(group, 1)
+        out, lse = spec.reference_attention(qb, kb, vb, allowed_of(q.shape[1], kb.shape[2]))
+        outs.append(out.transpose(1, 2))
+        lses.append(lse)
+    return torch.cat(outs), torch.cat(lses)
+
+
+CASES = {
+    "dense": (None, lambda lq, lk: spec.dense(lq, lk)),
+    "causal": (patterns.causal(64, block_size=16), lambda lq, lk: spec.dense(lq, lk, causal=True)),
+    "streaming": (patterns.streaming(64, sink=4, window=32, block_size=16),
+                  lambda lq, lk: spec.streaming(lq, lk, 4, 32)),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("paged", [True, False], ids=["paged", "contiguous"])
+@pytest.mark.parametrize("q_len", [1, 5], ids=["decode", "chunk"])
+def test_matches_float64_attention_and_appends(name, paged, q_len, rng):
+    mask, allowed_of = CASES[name]
+    cached = [37, 0, 150]
+    k_cache, v_cache, table, keys, values, k_new, v_new = make_cache(rng, cached, q_len, 16, torch.float32, paged)
+    q = randn(rng, 3, q_len, HQ, D, dtype=torch.float32)
+    out, lse = spattn.attention_with_kvcache(q, k_cache, v_cache, k_new, v_new,
+                                             cache_seqlens=torch.tensor(cached, dtype=torch.int32),
+                                             page_table=table, mask=mask, return_lse=True)
+    want_out, want_lse = expected(q, keys, values, allowed_of)
+    torch.testing.assert_close(out.double(), want_out, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(lse.double(), want_lse, rtol=1e-4, atol=1e-4)
+    for b, c in enumerate(cached):  # the new rows are in the cache now
+        for r in range(q_len):
+            j = c + r
+            where = (table[b, j // 16], j % 16) if paged else (b, j)
+            assert torch.equal(k_cache[where], keys[b][j]) and torch.equal(v_cache[where], values[b][j])
+
+
+def test_streaming_decode_with_the_middle_pages_freed(rng):
+    k_cache, v_cache, table, keys, values, k_new, v_new = make_cache(rng, [2000], 1, 16, torch.float32)
+    for page in range(1, 121):  # never kept by sink 4 + window 48 at position 2000
+        k_cache[table[0, page]] = float("nan")
+        table[0, page] = -1
+    q = randn(rng, 1, 1, HQ, D, dtype=torch.float32)
+    mask = patterns.streaming(64, sink=4, window=48, block_size=16)
+    out = spattn.attention_with_kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens=2000, page_table=table,
+                                        mask=mask)
+    want, _ = expected(q, keys, values, lambda lq, lk: spec.streaming(lq, lk, 4, 48))
+    torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_bf16_paged_equals_contiguous(rng):
+    state = rng.get_state()
+    paged = make_cache(rng, [40, 17, 99], 3, 32, torch.bfloat16, paged=True)
+    rng.set_state(state)
+    flat = make_cache(rng, [40, 17, 99], 3, 32, torch.bfloat16, paged=False)
+    q = randn(rng, 3, 3, HQ, D, dtype=torch.bfloat16)
+    mask = patterns.sliding_window(64, window=24, block_size=32)
+    seqlens = torch.tensor([40, 17, 99], dtype=torch.int32)
+    a = spattn.attention_with_kvcache(q, paged[0], paged[1], paged[5], paged[6], cache_seqlens=seqlens,
+                                      page_table=paged[2], mask=mask)
+    b = spattn.attention_with_kvcache(q, flat[0], flat[1], flat[5], flat[6], cache_seqlens=seqlens, mask=mask)
+    assert torch.equal(a, b)
+
+
+def test_bad_arguments_are_named(rng):
+    k_cache, v_cache, table, _, _, k_new, v_new = make_cache(rng, [20, 5], 2, 16, torch.float32)
+    q = randn(rng, 2, 2, HQ, D, dtype=torch.float32)
+    seqlens = torch.tensor([20, 5], dtype=torch.int32)
+    with pytest.raises(TypeError, match="page_table dtype must be torch.int32"):
+        spattn.attention_with_kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens=seqlens,
+                                      page_table=table.long())
+    with pytest.raises(ValueError, match="but its cache holds"):
+        spattn.attention_with_kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens=torch.tensor(
+            [table.shape[1] * 16, 5], dtype=torch.int32), page_table=table)
+    with pytest.raises(ValueError, match="give both or neither"):
+        spattn.attention_with_kvcache(q, k_cache, v_cache, k_new, cache_seqlens=seqlens, page_table=table)
+    with pytest.raises(TypeError, match="k_cache dtype"):
+        spattn.attention_with_kvcache(q, k_cache.double(), v_cache, cache_seqlens=seqlens, page_table=table)
+    with pytest.raises(ValueError, match="depends on the sequence lengths"):
+        spattn.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, page_table=table,
+                                      mask=patterns.bigbird(64, window_blocks=1, random_blocks=1, block_size=16))
+
+
+@pytest.mark.gpu
+def test_cuda_tensors_are_refused_by_name(rng):
+    q = torch.zeros(1, 1, HQ, D, device="cuda", dtype=torch.bfloat16)
+    cache = torch.zeros(1, 16, HKV, D, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="CUDA tensors have no KV-cache kernel yet"):
+        spattn.attention_with_kvcache(q, cache, cache, cache_seqlens=4)

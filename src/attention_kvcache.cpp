@@ -9,6 +9,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "spattn/error.hpp"
@@ -58,6 +59,18 @@ void copy_row(const TensorView& from, int64_t from_b, int64_t from_row, const Te
   }
 }
 
+// Folds row r of the new keys of sequence b into the summaries of the page
+// it lands in (a page written from its first row starts afresh).
+void summarise(const KvCacheView& cache, const TensorView& k_new, int64_t b, int64_t r, int64_t page, int64_t offset) {
+  for (int64_t h = 0; h < k_new.heads(); ++h)
+    for (int64_t d = 0; d < k_new.head_dim(); ++d) {
+      const double x = k_new.load(b, h, r, d);
+      const bool first = offset == 0;
+      cache.page_min.store(page, h, 0, d, first ? x : std::min(x, cache.page_min.load(page, h, 0, d)));
+      cache.page_max.store(page, h, 0, d, first ? x : std::max(x, cache.page_max.load(page, h, 0, d)));
+    }
+}
+
 // The new keys and values of sequence b into the cache at its length.
 void append(const KvCacheView& cache, const TensorView& k_new, const TensorView& v_new, int64_t b) {
   const int64_t size = page_size(cache);
@@ -65,7 +78,44 @@ void append(const KvCacheView& cache, const TensorView& k_new, const TensorView&
     const int64_t pos = cache.cache_seqlens[b] + r, page = physical_page(cache, b, pos / size);
     copy_row(k_new, b, r, cache.k_cache, page, pos % size);
     copy_row(v_new, b, r, cache.v_cache, page, pos % size);
+    if (cache.page_min.data != nullptr) summarise(cache, k_new, b, r, page, pos % size);
   }
+}
+
+// The mask of sequence b's chosen pages (KvCacheView::pages): for each query
+// head, its kv head's chosen pages and the pages the new keys land in, in one
+// query block; a page whose keys all precede the first query row is full, the
+// others partial under the causal pattern (bottom-right).
+BlockMask chosen_pages_mask(const KvCacheView& cache, int64_t b, int64_t q_len, int64_t k_len, int64_t new_keys,
+                            int64_t q_heads) {
+  const int64_t size = page_size(cache), kv_heads = cache.k_cache.heads(), group = q_heads / kv_heads;
+  const int64_t num_pages = (k_len + size - 1) / size;
+  const int64_t first_new_page = new_keys > 0 ? cache.cache_seqlens[b] / size : num_pages;
+  const int64_t first_position = k_len - q_len;
+  std::vector<int64_t> offsets{0};
+  std::vector<int32_t> indices;
+  std::vector<uint8_t> full;
+  for (int64_t h = 0; h < q_heads; ++h) {
+    const int64_t g = h / group;
+    std::vector<int32_t> pages;
+    for (int64_t slot = 0; slot < cache.pages_per_head; ++slot) {
+      const int64_t page = cache.pages[(b * kv_heads + g) * cache.pages_per_head + slot];
+      if (page == -1) continue;
+      require(page >= 0 && page < num_pages, "pages[", b, "][", g, "][", slot, "]=", page, " is not a page of "
+              "sequence ", b, ", which holds ", num_pages, " pages of ", size, " keys (-1 marks an unused slot)");
+      pages.push_back(static_cast<int32_t>(page));
+    }
+    for (int64_t page = first_new_page; page < num_pages; ++page) pages.push_back(static_cast<int32_t>(page));
+    std::sort(pages.begin(), pages.end());
+    pages.erase(std::unique(pages.begin(), pages.end()), pages.end());
+    for (const int32_t page : pages) {
+      indices.push_back(page);
+      full.push_back(std::min(k_len, (page + 1) * size) - 1 <= first_position ? 1 : 0);
+    }
+    offsets.push_back(static_cast<int64_t>(indices.size()));
+  }
+  return BlockMask(q_len, k_len, q_len, size, q_heads, std::move(offsets), std::move(indices), std::move(full),
+                   std::make_shared<const Pattern>(Pattern::causal()));
 }
 
 // The pattern of sequence b's mask: the call's mask's, or dense.
@@ -152,6 +202,23 @@ void validate_attention_with_kvcache(const TensorView& q, const KvCacheView& cac
             "k (new keys) must be (batch, Hkv, L_new, D) = (", q.batch(), ", ", kv_heads, ", L_new, ", q.head_dim(),
             "), got (", k_new->batch(), ", ", k_new->heads(), ", ", k_new->seq_len(), ", ", k_new->head_dim(), ")");
   }
+  const bool summaries = cache.page_min.data != nullptr || cache.page_max.data != nullptr;
+  if (summaries || cache.pages) {
+    require(paged(cache), "page summaries and chosen pages need a paged cache (a page_table)");
+  }
+  if (summaries) {
+    for (const auto& [t, name] : {std::pair{&cache.page_min, "page_min"}, std::pair{&cache.page_max, "page_max"}}) {
+      validate_tensor(*t, name);
+      require(t->dtype == DType::F32 && t->batch() == cache.k_cache.batch() && t->heads() == kv_heads &&
+                  t->seq_len() == 1 && t->head_dim() == q.head_dim(),
+              name, " must be fp32 (num_pages, Hkv, D) = (", cache.k_cache.batch(), ", ", kv_heads, ", ",
+              q.head_dim(), ")");
+    }
+  }
+  if (cache.pages) {
+    require(mask == nullptr, "give a mask or chosen pages, not both: the pages say which keys each head reads");
+    require(cache.pages_per_head > 0, "pages must hold at least one slot per kv head, got ", cache.pages_per_head);
+  }
   if (mask) {
     require(mask->pattern() != nullptr, "attention_with_kvcache: the mask must come from a pattern (its pattern is "
             "applied at each sequence's lengths), not from block arrays alone");
@@ -200,7 +267,8 @@ void attention_with_kvcache(const TensorView& q, const KvCacheView& cache, const
     shape.block_q = mask ? mask->block_q() : 128;
     shape.block_k = paged(cache) ? page_size(cache) : (mask ? mask->block_k() : 128);
     shape.num_heads = q.heads();
-    const BlockMask own = BlockMask::build(pattern.within_length(k_len), shape);
+    const BlockMask own = cache.pages ? chosen_pages_mask(cache, b, q.seq_len(), k_len, new_rows(k_new), q.heads())
+                                      : BlockMask::build(pattern.within_length(k_len), shape);
     const TensorView q_b = batch_slice(q, b), out_b = batch_slice(out, b);
     const TensorView lse_b = lse ? batch_slice(*lse, b) : TensorView{};
     if (paged(cache)) {

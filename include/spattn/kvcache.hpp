@@ -39,6 +39,17 @@ struct KvCacheView {
   const int32_t* page_table = nullptr;     // batch x max_pages; null: contiguous caches
   int64_t max_pages = 0;                   // a page table's row length
   const int32_t* cache_seqlens = nullptr;  // batch entries: the keys already in each sequence's cache
+  // Optional key summaries of a paged cache, (num_pages, Hkv, 1, D) fp32 each:
+  // the elementwise min and max of the keys each page holds. An append
+  // updates the pages it writes (a page written from its first row starts
+  // afresh); spattn.select_pages reads them (Quest).
+  TensorView page_min, page_max;  // data null: none
+  // Optional chosen pages (Quest decoding): batch x Hkv x pages_per_head
+  // logical pages, -1 for an unused slot. Query head h then attends, causally
+  // (bottom-right), to the keys of its kv head's pages and of the pages the
+  // call's new keys land in, instead of following a mask (give one or the other).
+  const int32_t* pages = nullptr;
+  int64_t pages_per_head = 0;
 };
 
 // Throws spattn::Error, naming the argument and value, unless the tensors,

@@ -6,12 +6,15 @@
 // Hkv, D) without one; optional new k, v (B, L_new, Hkv, D) written into the
 // caches in place (the schema marks both caches mutated); int32 cache_seqlens
 // (B). The mask crosses as for spattn::attention (its pattern is applied at
-// each sequence's lengths), or None for dense attention. Returns (out (B, Lq,
+// each sequence's lengths), or None for dense attention; or int32 chosen
+// pages (B, Hkv, n) replace it. Optional fp32 page_min, page_max (num_pages,
+// Hkv, D) are updated by the append (also marked mutated). Returns (out (B, Lq,
 // Hq, D), lse (B, Hq, Lq) fp32). CUDA tensors have no kernel yet.
 #include <torch/library.h>
 
 #include <optional>
 #include <tuple>
+#include <utility>
 
 #include "attention_op.hpp"
 #include "mask_registry.hpp"
@@ -37,7 +40,9 @@ at::Tensor int32_on_host(const at::Tensor& t, int64_t dims, const char* name) {
 std::tuple<at::Tensor, at::Tensor> attention_with_kvcache_cpu(
     const at::Tensor& q, at::Tensor& k_cache, at::Tensor& v_cache, const std::optional<at::Tensor>& k,
     const std::optional<at::Tensor>& v, const at::Tensor& cache_seqlens, const std::optional<at::Tensor>& page_table,
-    const std::optional<at::Tensor>& mask, std::optional<double> scale, c10::string_view backend) {
+    const std::optional<at::Tensor>& mask, const std::optional<at::Tensor>& pages,
+    const std::optional<at::Tensor>& page_min, const std::optional<at::Tensor>& page_max, std::optional<double> scale,
+    c10::string_view backend) {
   return run_with_value_errors([&] {
     const at::Tensor seqlens = int32_on_host(cache_seqlens, 1, "cache_seqlens");
     TORCH_CHECK_VALUE(seqlens.size(0) == q.size(0), "cache_seqlens has ", seqlens.size(0), " entries but q has batch ",
@@ -53,6 +58,24 @@ std::tuple<at::Tensor, at::Tensor> attention_with_kvcache_cpu(
                         q.size(0));
       cache.page_table = table.data_ptr<int32_t>();
       cache.max_pages = table.size(1);
+    }
+    TORCH_CHECK_VALUE(page_min.has_value() == page_max.has_value(), "page_min and page_max come together: give both "
+                      "or neither");
+    if (page_min) {
+      for (const auto& [t, name] : {std::pair{&*page_min, "page_min"}, std::pair{&*page_max, "page_max"}}) {
+        TORCH_CHECK_VALUE(t->dim() == 3, name, " must be 3-D (num_pages, Hkv, head_dim), got shape ", t->sizes());
+        TORCH_CHECK_TYPE(t->scalar_type() == at::kFloat, name, " dtype must be torch.float32, got ", t->scalar_type());
+      }
+      cache.page_min = view_of(page_min->unsqueeze(2), "page_min");
+      cache.page_max = view_of(page_max->unsqueeze(2), "page_max");
+    }
+    at::Tensor chosen;
+    if (pages) {
+      chosen = int32_on_host(*pages, 3, "pages");
+      TORCH_CHECK_VALUE(chosen.size(0) == q.size(0) && chosen.size(1) == k_cache.size(2), "pages must be (batch, "
+                        "Hkv, n) = (", q.size(0), ", ", k_cache.size(2), ", n), got ", chosen.sizes());
+      cache.pages = chosen.data_ptr<int32_t>();
+      cache.pages_per_head = chosen.size(2);
     }
     const TensorView q_view = blhd_view_of(q, "q");
     at::Tensor out = at::empty_like(q);
@@ -78,7 +101,8 @@ std::tuple<at::Tensor, at::Tensor> attention_with_kvcache_cpu(
 TORCH_LIBRARY_FRAGMENT(spattn, m) {
   m.def(
       "attention_with_kvcache(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor? k, Tensor? v, "
-      "Tensor cache_seqlens, Tensor? page_table, Tensor? mask, float? scale, str backend) -> (Tensor out, Tensor lse)");
+      "Tensor cache_seqlens, Tensor? page_table, Tensor? mask, Tensor? pages, Tensor(c!)? page_min, "
+      "Tensor(d!)? page_max, float? scale, str backend) -> (Tensor out, Tensor lse)");
 }
 
 TORCH_LIBRARY_IMPL(spattn, CPU, m) {

@@ -21,8 +21,8 @@ from spattn._ops import built_with_cuda
 from spattn.attention import attention, attention_varlen
 from spattn.block_mask import BlockMask
 from spattn.dynamic import dynamic_attention, select_blocks, select_blocks_batched
-from spattn.kvcache import attention_with_kvcache
+from spattn.kvcache import attention_with_kvcache, page_summaries, select_pages
 
-__all__ = ["attention", "attention_varlen", "attention_with_kvcache", "BlockMask", "patterns", "built_with_cuda", "select_blocks", "select_blocks_batched",
+__all__ = ["attention", "attention_varlen", "attention_with_kvcache", "page_summaries", "select_pages", "BlockMask", "patterns", "built_with_cuda", "select_blocks", "select_blocks_batched",
            "dynamic_attention"]
 __version__ = "0.1.0"

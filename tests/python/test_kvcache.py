@@ -139,3 +139,58 @@ def test_cuda_tensors_are_refused_by_name(rng):
     cache = torch.zeros(1, 16, HKV, D, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="CUDA tensors have no KV-cache kernel yet"):
         spattn.attention_with_kvcache(q, cache, cache, cache_seqlens=4)
+
+
+def test_quest_decode_chooses_pages_and_keeps_summaries(rng):
+    page = 16
+    k_cache, v_cache, table, keys, values, k_new, v_new = make_cache(rng, [1000], 1, page, torch.float32)
+    q = randn(rng, 1, 1, HQ, D, dtype=torch.float32)
+    # One page far back holds keys along q's direction: its bound, and its true score, stand out.
+    for h in range(HKV):
+        keys[0][400:416, h] = 12.0 * q[0, 0, 2 * h] / q[0, 0, 2 * h].norm()
+    for j in range(400, 416):
+        k_cache[table[0, j // page], j % page] = keys[0][j]
+    lo, hi = spattn.page_summaries(k_cache, [1000], table)
+    chosen = spattn.select_pages(q, lo, hi, torch.tensor([1000], dtype=torch.int32), table, page_size=page, topk=3)
+    assert chosen.shape == (1, HKV, 3) and chosen.dtype == torch.int32
+    for h in range(HKV):  # the sink page, page 25 (keys 400..415) and the last page
+        assert chosen[0, h].tolist() == [0, 25, 62], chosen
+    out, lse = spattn.attention_with_kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens=1000, page_table=table,
+                                             pages=chosen, page_min=lo, page_max=hi, return_lse=True)
+    # The oracle: the keys of the chosen pages and of the page the new key lands in (62), causal.
+    allowed = torch.zeros(1, 1001, dtype=torch.bool)
+    for p in (0, 25, 62):
+        allowed[0, p * page:(p + 1) * page] = True
+    want_out, want_lse = expected(q, keys, values, lambda lq, lk: allowed[:, :lk].expand(lq, lk).unsqueeze(0))
+    torch.testing.assert_close(out.double(), want_out, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(lse.double(), want_lse, rtol=1e-4, atol=1e-4)
+    # The append kept the summaries: equal to those made afresh over 1001 keys.
+    fresh_lo, fresh_hi = spattn.page_summaries(k_cache, [1001], table)
+    assert torch.equal(lo, fresh_lo) and torch.equal(hi, fresh_hi)
+
+
+def test_every_page_chosen_equals_dense_attention(rng):
+    k_cache, v_cache, table, keys, values, k_new, v_new = make_cache(rng, [37, 150], 2, 16, torch.float32)
+    q = randn(rng, 2, 2, HQ, D, dtype=torch.float32)
+    seqlens = torch.tensor([37, 150], dtype=torch.int32)
+    lo, hi = spattn.page_summaries(k_cache, seqlens, table)
+    chosen = spattn.select_pages(q, lo, hi, seqlens, table, page_size=16, topk=table.shape[1])
+    assert (chosen[0] >= 0).sum(-1).tolist() == [3, 3] and (chosen[1] >= 0).sum(-1).tolist() == [10, 10]
+    out = spattn.attention_with_kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens=seqlens, page_table=table,
+                                        pages=chosen)
+    want, _ = expected(q, keys, values, lambda lq, lk: spec.dense(lq, lk, causal=True))
+    torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_chosen_pages_errors_are_named(rng):
+    k_cache, v_cache, table, _, _, k_new, v_new = make_cache(rng, [37], 1, 16, torch.float32)
+    q = randn(rng, 1, 1, HQ, D, dtype=torch.float32)
+    bad = torch.tensor([[[0, 9], [0, 1]]], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"pages\[0\]\[0\]\[1\]=9 is not a page of sequence 0"):
+        spattn.attention_with_kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens=37, page_table=table,
+                                      pages=bad)
+    with pytest.raises(ValueError, match="give a mask or chosen pages, not both"):
+        spattn.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=37, page_table=table, pages=bad,
+                                      mask=patterns.causal(64, block_size=16))
+    with pytest.raises(ValueError, match="topk must be an int >= 1"):
+        spattn.select_pages(q, k_cache[:, 0], k_cache[:, 0], torch.tensor([37]), table, page_size=16, topk=0)

@@ -24,6 +24,11 @@ own q and k on every call (``spattn.dynamic_attention``). Inside
 masks)`` with its post-RoPE q ``(B, Hq, Lq, D)``, k ``(B, Hkv, Lk, D)`` and the
 masks it used, one per batch element (quality measures, pictures).
 
+With a ``hf_cache.SpattnPagedCache`` as ``past_key_values`` a layer instead
+appends each step's keys to pages and attends over the pages its pattern keeps
+(``spattn.attention_with_kvcache``; a dynamic spec chooses pages per kv head,
+Quest); observers are not called on that path.
+
 spattn has no dropout and no token-level padding mask: a layer called with
 dropout > 0 or with a padding mask raises ValueError (batches without padding,
 or an all-ones attention_mask, run).
@@ -42,6 +47,7 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 import spattn
 from spattn import patterns
 from spattn.block_mask import BlockMask
+from spattn.integrations import hf_cache
 
 PatternSpec = Union[Dict[str, object], Callable[..., BlockMask]]
 NAME = "spattn"
@@ -138,6 +144,9 @@ def spattn_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: 
                          "batches without padding (attention_mask None or all ones)")
     if dropout:
         raise ValueError(f"spattn attention has no dropout; got dropout={dropout} (call model.eval())")
+    paged = hf_cache.take_pending(key)
+    if paged is not None:  # a SpattnPagedCache step: append and attend in one call
+        return hf_cache.paged_attention_forward(module, query, paged, scaling), None
     spec = spec_for(module)
     if not callable(spec) and spec["pattern"] == DYNAMIC:
         keywords = {name: value for name, value in spec.items() if name != "pattern"}

@@ -43,25 +43,28 @@ void AttentionCall::run(const BlockMask& mask, Backend backend, void* stream) {
   attention(q, k, v, out, mask, options, &lse);
 }
 
+GradientInputs gradient_inputs(const at::Tensor& lse, const at::Tensor& d_lse, const at::Tensor& d_out) {
+  TORCH_CHECK_TYPE(lse.scalar_type() == at::kFloat && d_lse.scalar_type() == at::kFloat,
+                   "lse and its gradient must be float32, got ", lse.scalar_type(), " and ", d_lse.scalar_type());
+  TORCH_CHECK_VALUE(d_lse.sizes() == lse.sizes(), "d_lse shape ", d_lse.sizes(), " must equal lse shape ",
+                    lse.sizes());
+  return GradientInputs{lse.contiguous(), d_lse.contiguous(), d_out.contiguous()};
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_gradients(
     const at::Tensor& d_out, const at::Tensor& d_lse, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     const at::Tensor& out, const at::Tensor& lse, const BlockMask& mask, std::optional<double> scale,
     Backend backend, void* stream) {
   at::Tensor dq = at::zeros_like(q), dk = at::zeros_like(k), dv = at::zeros_like(v);
   if (q.numel() == 0 || k.numel() == 0) return std::make_tuple(dq, dk, dv);
-  TORCH_CHECK_TYPE(lse.scalar_type() == at::kFloat && d_lse.scalar_type() == at::kFloat,
-                   "lse and its gradient must be float32, got ", lse.scalar_type(), " and ", d_lse.scalar_type());
-  TORCH_CHECK_VALUE(d_lse.sizes() == lse.sizes(), "d_lse shape ", d_lse.sizes(), " must equal lse shape ",
-                    lse.sizes());
-  // Autograd may hand over expanded or strided gradients; the kernels read rows of unit stride.
-  const at::Tensor lse_c = lse.contiguous(), d_lse_c = d_lse.contiguous(), d_out_c = d_out.contiguous();
+  const GradientInputs in = gradient_inputs(lse, d_lse, d_out);
   AttentionOptions options;
   options.scale = scale;
   options.backend = backend;
   options.stream = stream;
-  const TensorView lse_view = lse_view_of(lse_c), d_lse_view = lse_view_of(d_lse_c);
+  const TensorView lse_view = lse_view_of(in.lse), d_lse_view = lse_view_of(in.d_lse);
   attention_backward(view_of(q, "q"), view_of(k, "k"), view_of(v, "v"), view_of(out, "out"), lse_view,
-                     view_of(d_out_c, "d_out"), {view_of(dq, "dq"), view_of(dk, "dk"), view_of(dv, "dv")}, mask,
+                     view_of(in.d_out, "d_out"), {view_of(dq, "dq"), view_of(dk, "dk"), view_of(dv, "dv")}, mask,
                      options, &d_lse_view);
   return std::make_tuple(dq, dk, dv);
 }

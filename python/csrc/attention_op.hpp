@@ -41,6 +41,15 @@ class AttentionCall {
   bool empty_ = false;
 };
 
+// The forward's LSE and the gradients of both outputs as the backward kernels
+// read them: lse and d_lse fp32 of one shape (checked), all three contiguous
+// (autograd may hand over expanded or strided gradients; the kernels read
+// rows of unit stride).
+struct GradientInputs {
+  at::Tensor lse, d_lse, d_out;
+};
+GradientInputs gradient_inputs(const at::Tensor& lse, const at::Tensor& d_lse, const at::Tensor& d_out);
+
 // The gradients (dq, dk, dv) of one spattn::attention call on `mask` run on
 // `backend` (CUDA work queued on `stream`), given the forward's out and lse
 // and the gradients of both outputs: zeros for an empty call.

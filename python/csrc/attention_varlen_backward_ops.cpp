@@ -31,16 +31,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_varlen_backward_cpu(
     options.backend = host_backend(backend, dtype_of(q, "q"));
     at::Tensor dq = at::zeros_like(q), dk = at::zeros_like(k), dv = at::zeros_like(v);
     if (q.numel() == 0 || k.numel() == 0) return std::make_tuple(dq, dk, dv);
-    TORCH_CHECK_TYPE(lse.scalar_type() == at::kFloat && d_lse.scalar_type() == at::kFloat,
-                     "lse and its gradient must be float32, got ", lse.scalar_type(), " and ", d_lse.scalar_type());
-    TORCH_CHECK_VALUE(d_lse.sizes() == lse.sizes(), "d_lse shape ", d_lse.sizes(), " must equal lse shape ",
-                      lse.sizes());
-    // Autograd may hand over expanded or strided gradients; the kernels read rows of unit stride.
-    const at::Tensor lse_c = lse.contiguous(), d_lse_c = d_lse.contiguous(), d_out_c = d_out.contiguous();
-    const TensorView lse_view = lse_view_of(lse_c.unsqueeze(0)), d_lse_view = lse_view_of(d_lse_c.unsqueeze(0));
+    const GradientInputs in = gradient_inputs(lse, d_lse, d_out);
+    const TensorView lse_view = lse_view_of(in.lse.unsqueeze(0)), d_lse_view = lse_view_of(in.d_lse.unsqueeze(0));
     const int64_t dense_len = varlen_dense_length(max_seqlen_q, max_seqlen_k);
     attention_varlen_backward(packed_view_of(q, "q"), packed_view_of(k, "k"), packed_view_of(v, "v"),
-                              packed_view_of(out, "out"), lse_view, packed_view_of(d_out_c, "d_out"),
+                              packed_view_of(out, "out"), lse_view, packed_view_of(in.d_out, "d_out"),
                               {packed_view_of(dq, "dq"), packed_view_of(dk, "dk"), packed_view_of(dv, "dv")},
                               offsets.batch, *registered_mask(mask, dense_len, dense_len), options, &d_lse_view);
     return std::make_tuple(dq, dk, dv);

@@ -1,8 +1,10 @@
 // attention_kvcache.cpp - attention over a KV cache on the host backends
 // (spattn/kvcache.hpp): validation, the new keys written into their pages,
 // then each sequence on its own: the mask of its lengths (key blocks of one
-// page), the pages that mask keeps gathered into scratch (paged caches) or
-// the cache read in place (contiguous caches), and attention() on them.
+// page), and attention() on the cache read in place (contiguous caches) or
+// on the pages that mask keeps gathered into scratch (paged caches), except
+// that the CPU backend's decode path (few rows per kv head) reads the kept
+// pages in place.
 #include "spattn/kvcache.hpp"
 
 #include <algorithm>
@@ -12,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "cpu/fast/decode_rows.hpp"
 #include "spattn/error.hpp"
 #include "spattn/memory.hpp"
 #include "tensor_checks.hpp"
@@ -256,6 +259,7 @@ void attention_with_kvcache(const TensorView& q, const KvCacheView& cache, const
           backend_name(backend), "' has no KV-cache path yet (the host backends have one)");
   AttentionOptions per_sequence = options;
   per_sequence.backend = backend;
+  const double scale = resolve_scale(options, q.head_dim());
   const Pattern pattern = pattern_of(mask);
   for (int64_t b = 0; b < q.batch(); ++b) {
     if (k_new) append(cache, *k_new, *v_new, b);
@@ -271,7 +275,15 @@ void attention_with_kvcache(const TensorView& q, const KvCacheView& cache, const
                                       : BlockMask::build(pattern.within_length(k_len), shape);
     const TensorView q_b = batch_slice(q, b), out_b = batch_slice(out, b);
     const TensorView lse_b = lse ? batch_slice(*lse, b) : TensorView{};
-    if (paged(cache)) {
+    if (paged(cache) && backend == Backend::Cpu &&
+        cpu_fast::decode_rows_fit(CallShape{1, q.heads(), cache.k_cache.heads(), q.seq_len(), k_len, q.head_dim(),
+                                            q.dtype})) {
+      // Few rows: the CPU decode path reads the kept pages in place.
+      for (const int64_t page : kept_pages(own)) physical_page(cache, b, page);  // each page it reads, checked
+      const cpu_fast::KeyRows pages{cache.k_cache, cache.v_cache, cache.page_table + b * cache.max_pages,
+                                    cache.max_pages, page_size(cache)};
+      cpu_fast::run_decode_rows(q_b, pages, out_b, own, scale, lse ? &lse_b : nullptr);
+    } else if (paged(cache)) {
       const GatheredKeys keys(cache, own, b, k_len);
       attention(q_b, keys.k, keys.v, out_b, own, per_sequence, lse ? &lse_b : nullptr);
     } else {

@@ -22,9 +22,10 @@
 // the mask's query blocks and key blocks of one page; null means dense. A
 // paged call reads only the pages the pattern keeps for the sequence's
 // queries (a streaming or sliding-window decode never touches the middle
-// pages, so a cache owner may free them); on the host those pages are
-// gathered into a scratch buffer of the sequence's length, the rest of which
-// is never written or read. Backends: Reference and Cpu (host tensors); the
+// pages, so a cache owner may free them); the CPU backend's decode path
+// (few query rows per kv head) reads them in place, other calls on the host
+// gather them into a scratch buffer of the sequence's length, the rest of
+// which is never written or read. Backends: Reference and Cpu (host tensors); the
 // CUDA backend has no KV-cache path yet and refuses with an error.
 #pragma once
 

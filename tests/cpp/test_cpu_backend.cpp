@@ -22,6 +22,7 @@
 #include <limits>
 #include <sstream>
 
+#include "cpu/fast/decode_rows.hpp"
 #include "cpu/fast/isa.hpp"
 #include "cpu/fast/kv_stage.hpp"
 #include "cpu/fast/partial_bits.hpp"
@@ -189,6 +190,65 @@ TEST(CpuBackend, LongRowsOddLengthAndLqNotLk) {
     expect_matches_reference(p, Pattern::causal(), "causal", rng());
     expect_matches_reference(p, Pattern::sliding_window(100), "window(100)", rng());
     expect_matches_reference(p, Pattern::streaming(5, 64), "streaming(5, 64)", rng());
+  }
+}
+
+// Few query rows per kv head (decoding, a few speculative tokens): the
+// decode path (cpu/fast/decode_rows.hpp), every pattern kind and random
+// compositions, GQA groups up to 16 rows, mask blocks that cut the rows and
+// keys, both layouts, fp32 and bf16 inputs.
+TEST(CpuBackend, DecodeRowsEveryPatternKind) {
+  std::mt19937_64 rng(17);
+  const int64_t k_lengths[] = {1, 70, 300, 1000};
+  for (int trial = 0; trial < 3 * kNumLeafKinds; ++trial) {
+    Problem p;
+    p.kv_heads = draw(rng, 1, 2);
+    p.q_heads = p.kv_heads * (draw(rng, 0, 1) ? 4 : 1);
+    p.k_len = k_lengths[draw(rng, 0, 3)];
+    p.q_len = std::min<int64_t>(p.k_len, draw(rng, 1, 4));
+    p.block_q = draw(rng, 0, 1) ? 2 : 64;
+    p.block_k = draw(rng, 0, 1) ? 16 : 128;
+    p.head_dim = draw(rng, 0, 1) ? 64 : 24;
+    p.in = draw(rng, 0, 1) ? DType::BF16 : DType::F32;
+    p.q_layout = p.kv_layout = draw(rng, 0, 1) ? Layout::BLHD : Layout::BHLD;
+    ASSERT_TRUE(cpu_fast::decode_rows_fit(CallShape{p.batch, p.q_heads, p.kv_heads, p.q_len, p.k_len, p.head_dim,
+                                                    p.in}));
+    const Case c = trial < kNumLeafKinds ? random_leaf(rng, trial, p.q_len, p.k_len, p.q_heads)
+                                         : random_case(rng, p.q_len, p.k_len, p.q_heads);
+    expect_matches_reference(p, c.pattern, c.name, rng());
+  }
+}
+
+// The decode path keeps the non-finite semantics of spattn/attention.hpp
+// against the dense fp64 oracle: a NaN query, a +inf key (its rows' scores
+// +inf, -inf or NaN by the query's signs), a -inf score everywhere in a row.
+TEST(CpuBackend, DecodeRowsNonFiniteInputs) {
+  Problem p;
+  p.q_heads = 4;
+  p.kv_heads = 1;
+  p.q_len = 2;
+  p.k_len = 100;
+  p.head_dim = 8;
+  const auto cases = std::vector<std::pair<const char*, void (*)(Inputs&)>>{
+      {"NaN query element", [](Inputs& in) { in.q.view.store(0, 1, 0, 3, std::nan("")); }},
+      {"+inf key", [](Inputs& in) {
+         for (int64_t d = 0; d < 8; ++d) in.k.view.store(0, 0, 40, d, std::numeric_limits<double>::infinity());
+       }},
+      {"-inf scores in a row", [](Inputs& in) {
+         for (int64_t d = 0; d < 8; ++d) in.q.view.store(0, 2, 1, d, d == 0 ? 1.0 : 0.0);
+         for (int64_t j = 0; j < 100; ++j) in.k.view.store(0, 0, j, 0, -std::numeric_limits<double>::infinity());
+       }},
+  };
+  for (const auto& [name, inject] : cases) {
+    SCOPED_TRACE(name);
+    Inputs in(p, 18);
+    inject(in);
+    const BlockMask mask = BlockMask::build(Pattern::causal(), {p.q_len, p.k_len, 16, 16, p.q_heads});
+    const Result got = run_cpu(p, in, mask);
+    const DenseResult oracle = dense_masked_attention(in.q.view, in.k.view, in.v.view, Pattern::causal(),
+                                                      1.0 / std::sqrt(static_cast<double>(p.head_dim)));
+    const std::vector<double> lse(got.lse.begin(), got.lse.end());
+    EXPECT_EQ(compare_nonfinite(got.out.to_double(), lse, oracle, p.head_dim, 1e-5, 1e-4, -1), "");
   }
 }
 

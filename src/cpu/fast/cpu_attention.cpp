@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/fast/decode_rows.hpp"
 #include "cpu/fast/forward_plan.hpp"
 #include "cpu/fast/isa.hpp"
 #include "cpu/fast/kv_stage.hpp"
@@ -140,10 +141,11 @@ ForwardPlan make_forward_plan(const BlockMask& mask, const CallShape& shape) {
   const TileLayout layout(view, kernel.tile_rows);
   WorkPlan work = plan_items(view, layout, shape.batch, shape.q_heads, shape.kv_heads);
   const int64_t max_chunks = max_item_chunks(view, layout, kernel.chunk_keys);
-  return ForwardPlan{isa, layout, std::move(work), max_chunks};
+  return ForwardPlan{isa, layout, std::move(work), max_chunks, decode_rows_fit(shape)};
 }
 
 std::string describe(const ForwardPlan& plan) {
+  if (plan.decode_rows) return "cpu decode rows (each kv head's few rows over its kept key blocks)";
   return std::string("cpu ") + cpu_isa_name(plan.isa) + ", " + std::to_string(plan.layout.tile_rows) +
          "-row tiles, " + std::to_string(plan.work.items.size()) + " work items";
 }
@@ -151,6 +153,7 @@ std::string describe(const ForwardPlan& plan) {
 void run_forward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                  const BlockMask& mask, const ForwardPlan& forward, double scale, const TensorView* lse) {
   require(std::isfinite(scale), "scale must be finite, got ", scale);
+  if (forward.decode_rows) return run_decode_rows(q, KeyRows{k, v}, out, mask, scale, lse);
   const TileKernel& kernel = tile_kernel(forward.isa);
   const int64_t Hq = q.heads(), D = q.head_dim(), M = kernel.tile_rows;
   const int64_t group = Hq / k.heads(), shift = k.seq_len() - q.seq_len();

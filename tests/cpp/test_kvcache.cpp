@@ -164,6 +164,20 @@ TEST(KvCache, PagedAndContiguousCachesEqualTheOracle) {
       }
 }
 
+// Page sizes from 16 to 256 keys, ragged lengths (0, a partly filled last
+// page), a 300-query chunk of prefill appended and attended in one call.
+TEST(KvCache, PageSizesAndLongChunks) {
+  for (const int64_t page : {16, 64, 256})
+    for (const Backend backend : {Backend::Reference, Backend::Cpu}) {
+      SCOPED_TRACE("page " + std::to_string(page) + " on " + backend_name(backend));
+      std::mt19937_64 rng(static_cast<uint64_t>(1800 + page));
+      CacheProblem chunk({0, 700, 257}, 300, 300, page, true, DType::F32, rng);
+      expect_matches_oracle(chunk, Pattern::causal(), backend, 1e-5);
+      CacheProblem decode({1, 700, 257}, 1, 1, page, true, DType::F32, rng);
+      expect_matches_oracle(decode, Pattern::streaming(4, 100), backend, 1e-5);
+    }
+}
+
 // A streaming decode at 2,000 keys in pages of 16 keeps the sink's page and
 // the window's last pages: every other page holds NaN and its page-table
 // entry is -1 (freed), so reading or looking it up would fail.

@@ -194,3 +194,54 @@ def test_chosen_pages_errors_are_named(rng):
                                       mask=patterns.causal(64, block_size=16))
     with pytest.raises(ValueError, match="topk must be an int >= 1"):
         spattn.select_pages(q, k_cache[:, 0], k_cache[:, 0], torch.tensor([37]), table, page_size=16, topk=0)
+
+
+def brute_force_pages(q, lo, hi, lengths, table, page_size, topk, sink, local):
+    """select_pages written out page by page: the bound of every page, the forced ones first."""
+    B, Lq, Hq, D = q.shape
+    Hkv = lo.shape[1]
+    group = Hq // Hkv
+    chosen = torch.full((B, Hkv, topk), -1, dtype=torch.int32)
+    for b in range(B):
+        used = -(-int(lengths[b]) // page_size)
+        for g in range(Hkv):
+            scored = []
+            for p in range(used):
+                page = int(table[b, p])
+                bound = max(float(torch.maximum(q[b, i, h] * lo[page, g], q[b, i, h] * hi[page, g]).sum())
+                            for i in range(Lq) for h in range(g * group, (g + 1) * group))
+                forced = p < sink or p >= used - local
+                scored.append((0 if forced else 1, -bound, p))
+            picked = sorted(p for _, _, p in sorted(scored)[:topk])
+            chosen[b, g, :len(picked)] = torch.tensor(picked, dtype=torch.int32)
+    return chosen
+
+
+@pytest.mark.parametrize("topk,sink,local", [(1, 0, 0), (4, 1, 1), (6, 2, 3), (40, 1, 1)])
+def test_select_pages_equals_a_brute_force_selector(topk, sink, local, rng):
+    k_cache, _, table, _, _, _, _ = make_cache(rng, [37, 0, 150, 16], 0, 16, torch.float32)
+    lengths = torch.tensor([37, 0, 150, 16], dtype=torch.int32)
+    lo, hi = spattn.page_summaries(k_cache, lengths, table)
+    q = randn(rng, 4, 2, HQ, D, dtype=torch.float32)
+    got = spattn.select_pages(q, lo, hi, lengths, table, page_size=16, topk=topk, sink_pages=sink,
+                              local_pages=local)
+    assert torch.equal(got, brute_force_pages(q, lo, hi, lengths, table, 16, topk, sink, local))
+
+
+def test_summaries_follow_many_appends(rng):
+    k_cache, v_cache, table, _, _, _, _ = make_cache(rng, [5, 30], 50, 8, torch.float32)  # room for 50 more
+    lengths = torch.tensor([5, 30], dtype=torch.int32)
+    lo, hi = spattn.page_summaries(k_cache, lengths, table)
+    for step in range(23):  # decode steps, one then three new keys, over page boundaries
+        new = 1 if step % 2 else 3
+        k, v = randn(rng, 2, new, HKV, D, dtype=torch.float32), randn(rng, 2, new, HKV, D, dtype=torch.float32)
+        q = randn(rng, 2, new, HQ, D, dtype=torch.float32)
+        spattn.attention_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=lengths, page_table=table,
+                                      mask=patterns.causal(8, block_size=8), page_min=lo, page_max=hi)
+        lengths += new
+    fresh_lo, fresh_hi = spattn.page_summaries(k_cache, lengths, table)
+    used = set()
+    for b in range(2):
+        used |= {int(table[b, p]) for p in range(-(-int(lengths[b]) // 8))}
+    for page in used:
+        assert torch.equal(lo[page], fresh_lo[page]) and torch.equal(hi[page], fresh_hi[page]), page

@@ -85,21 +85,20 @@ void append(const KvCacheView& cache, const TensorView& k_new, const TensorView&
   }
 }
 
-// The mask of sequence b's chosen pages (KvCacheView::pages): for each query
-// head, its kv head's chosen pages and the pages the new keys land in, in one
-// query block; a page whose keys all precede the first query row is full, the
-// others partial under the causal pattern (bottom-right).
-BlockMask chosen_pages_mask(const KvCacheView& cache, int64_t b, int64_t q_len, int64_t k_len, int64_t new_keys,
-                            int64_t q_heads) {
-  const int64_t size = page_size(cache), kv_heads = cache.k_cache.heads(), group = q_heads / kv_heads;
+// The mask of sequence b's chosen pages (KvCacheView::pages): one mask head
+// per kv head (its query heads share it), its chosen pages and the pages the
+// new keys land in, in one query block; a page whose keys all precede the
+// first query row is full, the others partial under the causal pattern
+// (bottom-right).
+BlockMask chosen_pages_mask(const KvCacheView& cache, int64_t b, int64_t q_len, int64_t k_len, int64_t new_keys) {
+  const int64_t size = page_size(cache), kv_heads = cache.k_cache.heads();
   const int64_t num_pages = (k_len + size - 1) / size;
   const int64_t first_new_page = new_keys > 0 ? cache.cache_seqlens[b] / size : num_pages;
   const int64_t first_position = k_len - q_len;
   std::vector<int64_t> offsets{0};
   std::vector<int32_t> indices;
   std::vector<uint8_t> full;
-  for (int64_t h = 0; h < q_heads; ++h) {
-    const int64_t g = h / group;
+  for (int64_t g = 0; g < kv_heads; ++g) {
     std::vector<int32_t> pages;
     for (int64_t slot = 0; slot < cache.pages_per_head; ++slot) {
       const int64_t page = cache.pages[(b * kv_heads + g) * cache.pages_per_head + slot];
@@ -117,7 +116,7 @@ BlockMask chosen_pages_mask(const KvCacheView& cache, int64_t b, int64_t q_len, 
     }
     offsets.push_back(static_cast<int64_t>(indices.size()));
   }
-  return BlockMask(q_len, k_len, q_len, size, q_heads, std::move(offsets), std::move(indices), std::move(full),
+  return BlockMask(q_len, k_len, q_len, size, kv_heads, std::move(offsets), std::move(indices), std::move(full),
                    std::make_shared<const Pattern>(Pattern::causal()));
 }
 
@@ -271,7 +270,7 @@ void attention_with_kvcache(const TensorView& q, const KvCacheView& cache, const
     shape.block_q = mask ? mask->block_q() : 128;
     shape.block_k = paged(cache) ? page_size(cache) : (mask ? mask->block_k() : 128);
     shape.num_heads = q.heads();
-    const BlockMask own = cache.pages ? chosen_pages_mask(cache, b, q.seq_len(), k_len, new_rows(k_new), q.heads())
+    const BlockMask own = cache.pages ? chosen_pages_mask(cache, b, q.seq_len(), k_len, new_rows(k_new))
                                       : BlockMask::build(pattern.within_length(k_len), shape);
     const TensorView q_b = batch_slice(q, b), out_b = batch_slice(out, b);
     const TensorView lse_b = lse ? batch_slice(*lse, b) : TensorView{};

@@ -140,9 +140,11 @@ def select_pages(q: torch.Tensor, page_min: torch.Tensor, page_max: torch.Tensor
     # largest over the rows and query heads of the kv head.
     lo = page_min[page_table.to(torch.int64).clamp_min(0)].float()  # (B, max_pages, Hkv, D)
     hi = page_max[page_table.to(torch.int64).clamp_min(0)].float()
-    qg = q.float().reshape(B, 1, Lq, Hkv, Hq // Hkv, D)
-    bound = torch.maximum(qg * lo[:, :, None, :, None, :], qg * hi[:, :, None, :, None, :]).sum(-1)
-    score = bound.amax(dim=(2, 4))  # (B, max_pages, Hkv)
+    # sum_d max(q_d lo_d, q_d hi_d) = q+ . hi + q- . lo (q+ = max(q, 0), q- = min(q, 0)): two matrix products.
+    qg = q.float().reshape(B, Lq, Hkv, Hq // Hkv, D).permute(0, 2, 1, 3, 4).reshape(B, Hkv, -1, D)
+    bound = (torch.einsum("bgrd,bpgd->bgpr", qg.clamp_min(0), hi)
+             + torch.einsum("bgrd,bpgd->bgpr", qg.clamp_max(0), lo))
+    score = bound.amax(dim=-1).transpose(1, 2)  # (B, max_pages, Hkv)
     forced = (logical < sink_pages) | (logical >= used - local_pages)
     score = torch.where(forced.unsqueeze(-1), torch.full_like(score, float("inf")), score)
     score = torch.where((logical < used).unsqueeze(-1), score, torch.full_like(score, float("-inf")))

@@ -15,9 +15,6 @@ FlashAttention convention: the backward does 2.5x the forward's products).
 """
 import argparse
 import json
-import os
-import platform
-import re
 import statistics
 import time
 
@@ -25,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 import spattn
+from cpu_results import cpu_name, results_path
 from spattn import patterns
 
 
@@ -38,12 +36,6 @@ def backward_seconds(out, inputs, d_out, repeats):
     return statistics.median(times), min(times), max(times)
 
 
-def cpu_name():
-    try:
-        found = re.findall(r"^model name\s*:\s*(.+)$", open("/proc/cpuinfo").read(), re.M)
-        return found[0].strip() if found else platform.processor()
-    except OSError:
-        return platform.processor()
 
 
 def main():
@@ -87,10 +79,7 @@ def main():
         ratio = f"{ms / sdpa_ms:.2f}" if sdpa_ms else "-"
         print(f"| {name} | {density:.3f} | {ms:.1f} ({low * 1e3:.1f}-{high * 1e3:.1f}) | {gflops:.1f} | {sdpa_cell} | "
               f"{ratio} | {scaling:.2f} |")
-    slug = re.sub(r"[^a-z0-9]+", "-", cpu_name().lower()).strip("-") + f"-{torch.get_num_threads()}t"
-    out_path = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", f"cpu-{slug}",
-                                        "backward_cpu.json")
-    os.makedirs(os.path.dirname(out_path), exist_ok=True)
+    out_path = args.out or results_path("backward_cpu.json")
     with open(out_path, "w") as f:
         json.dump({"cpu": cpu_name(), "threads": torch.get_num_threads(), "args": vars(args), "rows": rows}, f,
                   indent=1)

@@ -21,9 +21,6 @@ must read (the pages it keeps) / time / copy bandwidth.
 """
 import argparse
 import json
-import os
-import platform
-import re
 import statistics
 import time
 
@@ -31,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 import spattn
+from cpu_results import cpu_name, results_path
 from spattn import patterns
 
 
@@ -44,12 +42,6 @@ def median_seconds(run, repeats):
     return statistics.median(times), min(times), max(times)
 
 
-def cpu_name():
-    try:
-        found = re.findall(r"^model name\s*:\s*(.+)$", open("/proc/cpuinfo").read(), re.M)
-        return found[0].strip() if found else platform.processor()
-    except OSError:
-        return platform.processor()
 
 
 def main():
@@ -118,10 +110,7 @@ def main():
                      "gb_per_s": rate / 1e9, "fraction_of_bandwidth": rate / bandwidth})
         print(f"| {name} | {median * 1e3:.2f} ({low * 1e3:.2f}-{high * 1e3:.2f}) | {keys} | {rate / 1e9:.1f} | "
               f"{rate / bandwidth:.2f} |")
-    slug = re.sub(r"[^a-z0-9]+", "-", cpu_name().lower()).strip("-") + f"-{torch.get_num_threads()}t"
-    out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", f"cpu-{slug}",
-                                   "kvcache_cpu.json")
-    os.makedirs(os.path.dirname(out), exist_ok=True)
+    out = args.out or results_path("kvcache_cpu.json")
     with open(out, "w") as f:
         json.dump({"cpu": cpu_name(), "threads": torch.get_num_threads(), "args": vars(args),
                    "copy_bandwidth_gb_per_s": bandwidth / 1e9, "rows": rows}, f, indent=1)

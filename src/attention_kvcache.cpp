@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cpu/fast/decode_rows.hpp"
+#include "plan/plan_state.hpp"
 #include "spattn/error.hpp"
 #include "spattn/memory.hpp"
 #include "tensor_checks.hpp"
@@ -252,10 +253,7 @@ void attention_with_kvcache(const TensorView& q, const KvCacheView& cache, const
                             const TensorView* v_new, const TensorView& out, const BlockMask* mask,
                             const AttentionOptions& options, const TensorView* lse) {
   validate_attention_with_kvcache(q, cache, k_new, v_new, out, mask, lse);
-  Backend backend = resolve_backend(options.backend, q.data);
-  if (options.backend == Backend::Auto && q.dtype == DType::F64) backend = Backend::Reference;
-  require(backend == Backend::Reference || backend == Backend::Cpu, "attention_with_kvcache: backend '",
-          backend_name(backend), "' has no KV-cache path yet (the host backends have one)");
+  const Backend backend = detail::host_only_backend(options.backend, q, "KV-cache path");
   AttentionOptions per_sequence = options;
   per_sequence.backend = backend;
   const double scale = resolve_scale(options, q.head_dim());

@@ -6,6 +6,7 @@
 
 #include "spattn/backward.hpp"
 #include "spattn/error.hpp"
+#include "plan/plan_state.hpp"
 #include "tensor_checks.hpp"
 #include "varlen_sequences.hpp"
 
@@ -37,12 +38,7 @@ void attention_varlen_backward(const TensorView& q, const TensorView& k, const T
                                const AttentionOptions& options, const TensorView* d_lse) {
   validate_attention_varlen_backward(q, k, v, out, lse, d_out, grads, batch, mask, d_lse);
   const double scale = resolve_scale(options, q.head_dim());
-  Backend backend = resolve_backend(options.backend, q.data);
-  // fp64 inputs on the host default to the exact reference, as in attention_backward.
-  if (options.backend == Backend::Auto && q.dtype == DType::F64) backend = Backend::Reference;
-  require(backend == Backend::Reference || backend == Backend::Cpu, "varlen backward: backend '",
-          backend_name(backend), "' has no varlen backward yet (the host backends have one: copy the "
-          "tensors to the host, or use a fixed-length batch)");
+  const Backend backend = detail::host_only_backend(options.backend, q, "varlen backward");
   check_cu_seqlens(batch, q.seq_len(), k.seq_len());
   for (int64_t b = 0; b < batch.num_seqs; ++b) {
     const detail::VarlenSequence s = detail::varlen_sequence(batch, b);

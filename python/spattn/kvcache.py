@@ -16,10 +16,8 @@ from typing import Optional
 import torch
 
 from spattn._ops import ops
-from spattn.attention import _check_options, _mask_on
+from spattn.attention import _DTYPES, _check_options, _mask_on
 from spattn.block_mask import BlockMask
-
-_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def _check_blhd(name: str, t, dtype=None, device=None) -> None:

@@ -142,6 +142,14 @@ int tensor_device(const void* data) {
 #endif
 }
 
+Backend host_only_backend(Backend requested, const TensorView& q, const char* what) {
+  const bool host_fp64 = requested == Backend::Auto && q.dtype == DType::F64 && tensor_device(q.data) < 0;
+  const Backend backend = host_fp64 ? Backend::Reference : resolve_backend(requested, q.data);
+  require(backend == Backend::Reference || backend == Backend::Cpu, "backend '", backend_name(backend), "' has no ",
+          what, " yet (the host backends have one: pass host tensors)");
+  return backend;
+}
+
 Plan cached_plan(const BlockMask& mask, const CallShape& shape, Backend requested, const void* q_data,
                  bool backward, void* stream) {
   PlanOptions options;

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "spattn/plan.hpp"
+#include "spattn/tensor.hpp"
 
 namespace spattn {
 struct KeyMajorPlan;
@@ -45,6 +46,12 @@ Backend check_call_on_plan(const Plan& plan, const CallShape& shape, Backend req
 // The CUDA device whose memory `data` points to; -1 for host memory (and in
 // builds without CUDA).
 int tensor_device(const void* data);
+
+// The backend of a call only the host backends run yet (attention_varlen_backward,
+// attention_with_kvcache): `requested` resolved as resolve_backend does, fp64
+// host inputs on Auto taking the exact reference; any other backend is an error
+// saying it has no `what` yet.
+Backend host_only_backend(Backend requested, const TensorView& q, const char* what);
 
 // The plan of backend `requested` (Auto: the tensors' place decides,
 // plan_backend) for calls

@@ -1,8 +1,6 @@
 // cpu/fast/decode_rows.cpp - few query rows over many keys on the CPU (see decode_rows.hpp).
 #include "cpu/fast/decode_rows.hpp"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>

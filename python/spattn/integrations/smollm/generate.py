@@ -17,7 +17,8 @@ from spattn.integrations import hf
 from spattn.integrations.smollm import families
 
 
-def _synchronize(device) -> None:
+def synchronize(device) -> None:
+    """Waits for the device's queued work (CUDA); nothing on the CPU."""
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -27,18 +28,18 @@ def greedy(model, ids: torch.Tensor, new_tokens: int, spec) -> dict:
     model.set_attn_implementation(hf.NAME)
     generated = []
     with torch.no_grad(), hf.use_pattern(spec):
-        _synchronize(ids.device)
+        synchronize(ids.device)
         started = time.perf_counter()
         out = model(ids, use_cache=True)
         token = out.logits[:, -1].argmax(-1, keepdim=True)
-        _synchronize(ids.device)
+        synchronize(ids.device)
         prefilled = time.perf_counter()
         generated.append(token)
         for _ in range(new_tokens - 1):
             out = model(token, past_key_values=out.past_key_values, use_cache=True)
             token = out.logits[:, -1].argmax(-1, keepdim=True)
             generated.append(token)
-        _synchronize(ids.device)
+        synchronize(ids.device)
         done = time.perf_counter()
     return {"tokens": torch.cat(generated, 1)[0].tolist(),
             "prefill_tokens_per_s": ids.shape[1] / (prefilled - started),

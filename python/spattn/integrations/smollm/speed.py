@@ -28,7 +28,7 @@ import torch.nn.functional as F
 import spattn
 from spattn import patterns
 from spattn.integrations import hf
-from spattn.integrations.smollm import families
+from spattn.integrations.smollm import families, generate
 
 SPEED_BLOCK = 128
 SPEED_SPECS = [("dense", {"pattern": "causal", "block_size": SPEED_BLOCK}),
@@ -39,16 +39,12 @@ SPEED_SPECS = [("dense", {"pattern": "causal", "block_size": SPEED_BLOCK}),
 
 def _seconds(run, device, repeats: int) -> float:
     """Median wall time of run() over `repeats` runs after a warm-up run."""
-    def synchronize():
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
     times = []
     for n in range(repeats + 1):
-        synchronize()
+        generate.synchronize(device)
         started = time.perf_counter()
         run()
-        synchronize()
+        generate.synchronize(device)
         if n:
             times.append(time.perf_counter() - started)
     return statistics.median(times)

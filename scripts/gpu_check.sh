@@ -10,8 +10,9 @@
 # to $OUT (default ./gpu_check_out): the JSON results and all logs packed in
 # logs.tgz.
 #
-#   scripts/gpu_check.sh [build] [test] [sanitize] [python] [bench] [backward] [seeds] [profile] [peers] [masks]
-#   (default: all but profile and masks; masks times mask plans built on the
+#   scripts/gpu_check.sh [build] [test] [sanitize] [python] [kvcache] [bench] [backward] [seeds] [profile] [peers] [masks]
+#   (default: all but profile and masks; kvcache runs the KV-cache kernels'
+#   tests, sanitizers and decode benchmark, bench/kvcache_gpu.py; masks times mask plans built on the
 #   device against host build + upload, bench/mask_build_bench.cpp; backward
 #   times the backward pass, spattn_cuda_bench --pass backward)
 #
@@ -42,7 +43,7 @@ pack() {  # few files come back from the GPU machine: results plus one archive
 }
 trap pack EXIT
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(build test sanitize python bench backward peers seeds)
+[ ${#stages[@]} -eq 0 ] && stages=(build test sanitize python kvcache bench backward peers seeds)
 want() { [[ " ${stages[*]} " == *" $1 "* ]]; }
 status=0
 step() {  # step NAME LOG CMD...: runs CMD, logs it, records failure
@@ -104,7 +105,8 @@ if want sanitize; then
     "$BUILD/tests/gpu_test_cuda_api" --gtest_filter='CudaBackend.*'
 fi
 
-if want python; then
+install_package() {  # the Python package, built with CUDA (once per machine)
+  python3 -c "import spattn, sys; sys.exit(0 if spattn.built_with_cuda() else 1)" 2>/dev/null && return 0
   if ! python3 -c "import scikit_build_core" 2>/dev/null; then
     python3 -m pip install -q --no-index --no-deps "${WHEELS:-.whl}"/scikit_build_core-*.whl \
       "${WHEELS:-.whl}"/pathspec-*.whl > "$LOG/wheels.log" 2>&1
@@ -113,12 +115,32 @@ if want python; then
     python3 -m pip install -q --no-index --no-deps "${WHEELS:-.whl}"/hypothesis-*.whl \
       "${WHEELS:-.whl}"/sortedcontainers-*.whl >> "$LOG/wheels.log" 2>&1
   fi
-  CMAKE_ARGS="-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHS:-90}" CMAKE_BUILD_PARALLEL_LEVEL=16 SPATTN_CUDA=ON \
-    step pip_install pip_install.log python3 -m pip install --no-build-isolation --no-deps . &&
-    step pytest pytest.log python3 -m pytest tests/python -q -p no:cacheprovider
+  local cmake_args="-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHS:-90}"
+  [ -n "${HEAD_DIMS:-}" ] && cmake_args+=" -DSPATTN_CUDA_HEAD_DIMS=$HEAD_DIMS"
+  CMAKE_ARGS="$cmake_args" CMAKE_BUILD_PARALLEL_LEVEL=16 SPATTN_CUDA=ON \
+    step pip_install pip_install.log python3 -m pip install --no-build-isolation --no-deps .
+}
+if want python; then
+  install_package && step pytest pytest.log python3 -m pytest tests/python -q -p no:cacheprovider
   tail -n 3 "$LOG/pytest.log"
 fi
-
+if want kvcache; then
+  # The KV-cache kernels: their tests (CUDA and host), compute-sanitizer on a
+  # few small cases, then the decode benchmark next to its peers.
+  if install_package; then
+    step "pytest kvcache" pytest_kvcache.log python3 -m pytest tests/python/test_kvcache_gpu.py \
+      tests/python/test_kvcache.py -q -p no:cacheprovider
+    tail -n 3 "$LOG/pytest_kvcache.log"
+    for tool in memcheck racecheck; do
+      step "sanitizer $tool kvcache" "sanitizer_${tool}_kvcache.log" compute-sanitizer --tool "$tool" \
+        --error-exitcode 1 python3 -m pytest tests/python/test_kvcache_gpu.py -q -p no:cacheprovider \
+        -k "(decode and page16 and group3 and (streaming or dilated)) or graph or head_dims"
+      grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed|failed" "$LOG/sanitizer_${tool}_kvcache.log" | tail -n 3
+    done
+    step "kvcache bench" kvcache_gpu.log python3 bench/kvcache_gpu.py --out "$LOG/kvcache_gpu.json"
+    cat "$LOG/kvcache_gpu.log"
+  fi
+fi
 if want bench; then
   # Both fused kernels in the same run: sm80 forced, then the library's choice
   # (the sm90 kernel where it runs, dilated splits included); each case timed

@@ -4,7 +4,8 @@
 // page), and attention() on the cache read in place (contiguous caches) or
 // on the pages that mask keeps gathered into scratch (paged caches), except
 // that the CPU backend's decode path (few rows per kv head) reads the kept
-// pages in place.
+// pages in place. CUDA tensors go to the CUDA backend's kernels
+// (cuda/kvcache/), which read the lengths on the device.
 #include "spattn/kvcache.hpp"
 
 #include <algorithm>
@@ -15,6 +16,9 @@
 #include <vector>
 
 #include "cpu/fast/decode_rows.hpp"
+#if defined(SPATTN_WITH_CUDA)
+#include "cuda/kvcache/kvcache_launch.hpp"
+#endif
 #include "plan/plan_state.hpp"
 #include "spattn/error.hpp"
 #include "spattn/memory.hpp"
@@ -239,6 +243,7 @@ void validate_attention_with_kvcache(const TensorView& q, const KvCacheView& cac
     require(cache.k_cache.batch() == q.batch(), "a contiguous cache holds one sequence per batch element: k_cache "
             "batch (", cache.k_cache.batch(), ") must equal q batch (", q.batch(), ")");
   }
+  if (detail::tensor_device(q.data) >= 0) return;  // device lengths: the kernels check them
   for (int64_t b = 0; b < q.batch(); ++b) {
     require(cache.cache_seqlens[b] >= 0, "cache_seqlens[", b, "] must be >= 0, got ", cache.cache_seqlens[b]);
     const int64_t k_len = keys_of(cache, k_new, b);
@@ -253,10 +258,19 @@ void attention_with_kvcache(const TensorView& q, const KvCacheView& cache, const
                             const TensorView* v_new, const TensorView& out, const BlockMask* mask,
                             const AttentionOptions& options, const TensorView* lse) {
   validate_attention_with_kvcache(q, cache, k_new, v_new, out, mask, lse);
+  const double scale = resolve_scale(options, q.head_dim());
+  if (detail::tensor_device(q.data) >= 0) {
+    require(options.backend == Backend::Auto || options.backend == Backend::Cuda, "backend '",
+            backend_name(options.backend), "' needs host tensors, got CUDA tensors");
+#if defined(SPATTN_WITH_CUDA)
+    cuda_detail::cuda_attention_with_kvcache(q, cache, k_new, v_new, out, mask, scale, lse,
+                                             static_cast<cudaStream_t>(options.stream));
+#endif
+    return;
+  }
   const Backend backend = detail::host_only_backend(options.backend, q, "KV-cache path");
   AttentionOptions per_sequence = options;
   per_sequence.backend = backend;
-  const double scale = resolve_scale(options, q.head_dim());
   const Pattern pattern = pattern_of(mask);
   for (int64_t b = 0; b < q.batch(); ++b) {
     if (k_new) append(cache, *k_new, *v_new, b);

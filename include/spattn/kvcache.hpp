@@ -25,8 +25,11 @@
 // pages, so a cache owner may free them); the CPU backend's decode path
 // (few query rows per kv head) reads them in place, other calls on the host
 // gather them into a scratch buffer of the sequence's length, the rest of
-// which is never written or read. Backends: Reference and Cpu (host tensors); the
-// CUDA backend has no KV-cache path yet and refuses with an error.
+// which is never written or read. Backends: Reference and Cpu (host tensors),
+// and CUDA (device tensors, fp16/bf16, head dims 32, 64, 128, 256; the cache
+// lengths, page table and chosen pages in device memory, read there by the
+// kernels, so a step can be captured in a CUDA graph; the query heads of a kv
+// head share each key read; docs/backends.md).
 #pragma once
 
 #include <cstdint>
@@ -54,9 +57,12 @@ struct KvCacheView {
 };
 
 // Throws spattn::Error, naming the argument and value, unless the tensors,
-// the cache and the mask fit together (reads the host cache lengths: every
-// sequence's keys within its pages, Lq <= its keys; the page table's entries
-// are checked as they are used).
+// the cache and the mask fit together; for host tensors it also reads the
+// cache lengths (every sequence's keys within its pages, Lq <= its keys).
+// The page table's entries are checked as they are used. On CUDA the
+// kernels check the lengths and entries, and the call raises the same
+// errors after them (outside a CUDA graph capture; inside one the rows of a
+// bad sequence come out NaN).
 void validate_attention_with_kvcache(const TensorView& q, const KvCacheView& cache, const TensorView* k_new,
                                      const TensorView* v_new, const TensorView& out, const BlockMask* mask,
                                      const TensorView* lse);

@@ -1,6 +1,7 @@
 // python/csrc/attention_cuda.cpp - the CUDA kernels of the spattn::attention,
-// spattn::attention_backward and spattn::attention_varlen operators (compiled
-// when the library is built with CUDA, SPATTN_WITH_CUDA).
+// spattn::attention_backward, spattn::attention_varlen and
+// spattn::attention_with_kvcache operators (compiled when the library is
+// built with CUDA, SPATTN_WITH_CUDA).
 //
 // Both find the host BlockMask of the packed mask tensor (mask_registry.hpp:
 // its first use copies the tensor to the host, one synchronisation) and run
@@ -18,6 +19,7 @@
 #include <optional>
 #include <string>
 
+#include "attention_kvcache_op.hpp"
 #include "attention_op.hpp"
 #include "attention_varlen_op.hpp"
 #include "mask_registry.hpp"
@@ -95,6 +97,26 @@ std::tuple<at::Tensor, at::Tensor> attention_varlen_cuda(
   });
 }
 
+std::tuple<at::Tensor, at::Tensor> attention_with_kvcache_cuda(
+    const at::Tensor& q, at::Tensor& k_cache, at::Tensor& v_cache, const std::optional<at::Tensor>& k,
+    const std::optional<at::Tensor>& v, const at::Tensor& cache_seqlens, const std::optional<at::Tensor>& page_table,
+    const std::optional<at::Tensor>& mask, const std::optional<at::Tensor>& pages,
+    const std::optional<at::Tensor>& page_min, const std::optional<at::Tensor>& page_max, std::optional<double> scale,
+    c10::string_view backend) {
+  return run_with_value_errors([&] {
+    require_cuda_backend(backend);
+    const c10::cuda::CUDAGuard guard(q.device());
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.device().index()).stream();
+    KvCacheCall call(q, k_cache, v_cache, k, v, cache_seqlens, page_table, pages, page_min, page_max, scale);
+    call.options.backend = Backend::Cuda;
+    call.options.stream = stream;
+    const std::shared_ptr<const BlockMask> registered =
+        mask ? call_mask(mask, q.size(1), q.size(1), q.device(), stream) : std::shared_ptr<const BlockMask>();
+    call.run(registered.get());
+    return call.result();
+  });
+}
+
 }  // namespace
 }  // namespace spattn::torch_bridge
 
@@ -102,4 +124,5 @@ TORCH_LIBRARY_IMPL(spattn, CUDA, m) {
   m.impl("attention", &spattn::torch_bridge::attention_cuda);
   m.impl("attention_backward", &spattn::torch_bridge::attention_backward_cuda);
   m.impl("attention_varlen", &spattn::torch_bridge::attention_varlen_cuda);
+  m.impl("attention_with_kvcache", &spattn::torch_bridge::attention_with_kvcache_cuda);
 }

@@ -4,9 +4,11 @@ FlashAttention's convention (``flash_attn_with_kvcache``), with a sparse
 pattern on top: the pattern of ``mask`` is applied at each sequence's own
 lengths with key blocks of one page, and a paged call reads only the pages
 the pattern keeps (a streaming or sliding-window decode never touches the
-middle pages, whose page-table entries may then be -1). CPU tensors for now
-(the fp64 reference for float64, else the fast CPU backend); CUDA tensors are
-refused with an error until the device path lands.
+middle pages, whose page-table entries may then be -1). CPU tensors run on
+the fp64 reference (float64) or the fast CPU backend; CUDA tensors (float16,
+bfloat16) on the CUDA decode kernels, which read the cache lengths, page table
+and chosen pages on the device, so a decode step can be captured in a CUDA
+graph (docs/python.md).
 """
 from __future__ import annotations
 
@@ -59,6 +61,11 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     ``page_max`` (num_pages, Hkv, D) float32, optional: the key summaries
     ``select_pages`` reads, updated in place by the append. Returns ``out``
     (B, Lq, Hq, D), or ``(out, lse)`` with lse (B, Hq, Lq) float32.
+
+    On CUDA every tensor argument lies on q's device; a bad length or page
+    entry raises a ValueError after the kernels ran (the call waits for
+    them), except inside a CUDA graph capture, where nothing waits and a bad
+    sequence's rows come out NaN.
     """
     _check_blhd("q", q)
     _check_blhd("k_cache", k_cache, q.dtype, q.device)
@@ -79,9 +86,6 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
             raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
     if mask is not None and not isinstance(mask, BlockMask):
         raise TypeError(f"mask must be a spattn.BlockMask or None, got {type(mask).__name__}")
-    if q.is_cuda:
-        raise ValueError("attention_with_kvcache: CUDA tensors have no KV-cache kernel yet; the CPU backends "
-                         "have one (spattn.attention runs a decode step over a contiguous CUDA cache)")
     packed = None if mask is None else _mask_on(mask, q.device)
     out, lse = ops.attention_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, page_table, packed, pages,
                                           page_min, page_max, None if scale is None else float(scale), backend)

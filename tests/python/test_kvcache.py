@@ -133,14 +133,6 @@ def test_bad_arguments_are_named(rng):
                                       mask=patterns.bigbird(64, window_blocks=1, random_blocks=1, block_size=16))
 
 
-@pytest.mark.gpu
-def test_cuda_tensors_are_refused_by_name(rng):
-    q = torch.zeros(1, 1, HQ, D, device="cuda", dtype=torch.bfloat16)
-    cache = torch.zeros(1, 16, HKV, D, device="cuda", dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="CUDA tensors have no KV-cache kernel yet"):
-        spattn.attention_with_kvcache(q, cache, cache, cache_seqlens=4)
-
-
 def test_quest_decode_chooses_pages_and_keeps_summaries(rng):
     page = 16
     k_cache, v_cache, table, keys, values, k_new, v_new = make_cache(rng, [1000], 1, page, torch.float32)

@@ -61,3 +61,29 @@ def test_the_cache_serves_spattn_only(models):
     _, reference, ids = models
     with pytest.raises(RuntimeError, match="serves the 'spattn' attention implementation only"):
         generate(reference, ids, cache=SpattnPagedCache(reference.config, max_length=64))
+
+
+@pytest.fixture(scope="module")
+def cuda_models():
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=101, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    ours = LlamaForCausalLM._from_config(copy.deepcopy(config), attn_implementation="spattn").eval()
+    reference = LlamaForCausalLM._from_config(copy.deepcopy(config), attn_implementation="sdpa").eval()
+    reference.load_state_dict(ours.state_dict())
+    ids = torch.randint(0, 101, (2, 40), generator=torch.Generator().manual_seed(1)).cuda()
+    return ours.to("cuda", torch.float16), reference.to("cuda", torch.float16), ids
+
+
+@pytest.mark.gpu
+def test_paged_generation_on_cuda(cuda_models):
+    """The CUDA decode kernels under generation (head dim 32, fp16): causal equals sdpa; streaming and
+    Quest pages generate, streaming equal to spattn's own non-paged run."""
+    ours, reference, ids = cuda_models
+    cache = SpattnPagedCache(ours.config, max_length=64, page_size=16)
+    assert torch.equal(generate(ours, ids, cache=cache), generate(reference, ids))
+    streaming = {"pattern": "streaming", "sink": 4, "window": 16, "block_size": 16}
+    paged = generate(ours, ids, streaming, SpattnPagedCache(ours.config, max_length=64, page_size=16))
+    assert torch.equal(paged, generate(ours, ids, streaming))
+    few = generate(ours, ids, {"pattern": "dynamic", "topk": 2}, SpattnPagedCache(ours.config, 64, page_size=16))
+    assert few.shape == paged.shape and few.device.type == "cuda"

@@ -13,8 +13,8 @@ them and attends in one ``attention_with_kvcache`` call, reading only the
 pages the pattern keeps. Static specs apply their pattern at each step's
 lengths (the spec's ``block_size`` is the query block; key blocks are pages);
 a dynamic spec chooses ``topk`` pages per kv head with ``select_pages``
-(Quest) on every step after the prompt, whose prefill is causal. CPU tensors
-for now, as ``attention_with_kvcache``. The cache serves the "spattn"
+(Quest) on every step after the prompt, whose prefill is causal. CPU and
+CUDA tensors, as ``attention_with_kvcache``. The cache serves the "spattn"
 implementation only: a step that another implementation ran is an error.
 """
 from __future__ import annotations

@@ -61,12 +61,26 @@ void store_rows(const TensorView& t, int64_t b, int64_t h, int64_t first, int64_
   });
 }
 
+bool all_finite(const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i])) return false;
+  return true;
+}
+
+// Are the first `keys` columns of a transposed tile (D x kTileKeys) finite?
+bool transposed_finite(const float* t, int64_t keys, int64_t head_dim) {
+  for (int64_t d = 0; d < head_dim; ++d)
+    if (!all_finite(t + d * kTileKeys, keys)) return false;
+  return true;
+}
+
 // One tile's inputs: query-side rows and key-side keys, staged as fp32.
 struct TileScratch {
   std::vector<float> q, d_out, lse, delta;  // query side
   std::vector<float> k, k_t, v_t;           // key side
   std::vector<float> p, ds, acc_a, acc_b;
   std::vector<uint8_t> allowed;
+  bool query_finite = true, keys_finite = true;  // of the rows and keys staged now
 
   explicit TileScratch(int64_t D)
       : q(kTileRows * D), d_out(kTileRows * D), lse(kTileRows), delta(kTileRows), k(kTileKeys * D),
@@ -81,6 +95,13 @@ struct Problem {
   const Pattern* pattern;
   float scale;
   const std::vector<float>& delta;  // (B, Hq, Lq)
+  const cpu_backward::TileGradOps& fast = cpu_backward::fast_tile_grad(q.head_dim());
+  const cpu_backward::TileGradOps& plain = cpu_backward::plain_tile_grad();
+
+  // The kernels of the staged tile: the fast ones unless it holds a non-finite value.
+  const cpu_backward::TileGradOps& ops(const TileScratch& s) const {
+    return s.query_finite && s.keys_finite ? fast : plain;
+  }
 
   int64_t query_heads() const { return q.heads(); }
   int64_t group() const { return q.heads() / k.heads(); }
@@ -94,6 +115,16 @@ struct Problem {
       s.lse[r] = static_cast<float>(lse.load(b, h, i0 + r, 0));
       s.delta[r] = delta[(b * q.heads() + h) * q.seq_len() + i0 + r];
     }
+    s.query_finite = all_finite(s.q.data(), rows * q.head_dim()) && all_finite(s.d_out.data(), rows * q.head_dim()) &&
+                     all_finite(s.delta.data(), rows);
+  }
+  // Keys [j0, j0 + keys) of (b, kvh): transposed keys and values, and the keys as rows when `rows_too`.
+  void stage_key_side(int64_t b, int64_t kvh, int64_t j0, int64_t keys, bool rows_too, TileScratch& s) const {
+    stage_transposed(k, b, kvh, j0, keys, s.k_t.data());
+    stage_transposed(v, b, kvh, j0, keys, s.v_t.data());
+    if (rows_too) stage_rows(k, b, kvh, j0, keys, s.k.data());
+    s.keys_finite = transposed_finite(s.k_t.data(), keys, k.head_dim()) &&
+                    transposed_finite(s.v_t.data(), keys, k.head_dim());
   }
   // The allowed pairs of a partial tile (rows from i0, keys from j0) of head h.
   const uint8_t* allowed_pairs(bool full, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t keys,
@@ -106,7 +137,7 @@ struct Problem {
     return s.allowed.data();
   }
   void probabilities(const uint8_t* allowed, int64_t rows, int64_t keys, TileScratch& s) const {
-    cpu_backward::tile_probabilities(s.q.data(), s.d_out.data(), s.k_t.data(), s.v_t.data(), s.lse.data(),
+    ops(s).probabilities(s.q.data(), s.d_out.data(), s.k_t.data(), s.v_t.data(), s.lse.data(),
                                      s.delta.data(), allowed, rows, keys, q.head_dim(), scale, s.p.data(),
                                      s.ds.data());
   }
@@ -136,8 +167,7 @@ std::vector<float> row_deltas(const TensorView& out, const TensorView& d_out, co
 void key_tile(const Problem& pr, const KeyMajorPlan& cols, int64_t b, int64_t kvh, int64_t kb, int64_t j0,
               int64_t keys, TileScratch& s) {
   const int64_t D = pr.q.head_dim();
-  stage_transposed(pr.k, b, kvh, j0, keys, s.k_t.data());
-  stage_transposed(pr.v, b, kvh, j0, keys, s.v_t.data());
+  pr.stage_key_side(b, kvh, j0, keys, false, s);
   float* dk = s.acc_a.data();
   float* dv = s.acc_b.data();
   std::fill(dk, dk + keys * D, 0.0f);
@@ -150,8 +180,8 @@ void key_tile(const Problem& pr, const KeyMajorPlan& cols, int64_t b, int64_t kv
         const int64_t rows = std::min(kTileRows, pr.plan.q_last(qb) - i0);
         pr.stage_query_side(b, h, i0, rows, s);
         pr.probabilities(pr.allowed_pairs(cols.q_full[e] != 0, h, i0, rows, j0, keys, s), rows, keys, s);
-        cpu_backward::accumulate_keys(s.p.data(), s.d_out.data(), rows, keys, D, dv);
-        cpu_backward::accumulate_keys(s.ds.data(), s.q.data(), rows, keys, D, dk);
+        pr.ops(s).accumulate_keys(s.p.data(), s.d_out.data(), rows, keys, D, dv);
+        pr.ops(s).accumulate_keys(s.ds.data(), s.q.data(), rows, keys, D, dk);
       }
     }
   }
@@ -170,11 +200,9 @@ void query_tile(const Problem& pr, int64_t b, int64_t h, int64_t qb, int64_t i0,
     const int64_t kb = pr.plan.kv_indices[at];
     for (int64_t j0 = pr.plan.k_first(kb); j0 < pr.plan.k_last(kb); j0 += kTileKeys) {
       const int64_t keys = std::min(kTileKeys, pr.plan.k_last(kb) - j0);
-      stage_transposed(pr.k, b, kvh, j0, keys, s.k_t.data());
-      stage_transposed(pr.v, b, kvh, j0, keys, s.v_t.data());
-      stage_rows(pr.k, b, kvh, j0, keys, s.k.data());
+      pr.stage_key_side(b, kvh, j0, keys, true, s);
       pr.probabilities(pr.allowed_pairs(pr.plan.kv_full[at] != 0, h, i0, rows, j0, keys, s), rows, keys, s);
-      cpu_backward::accumulate_rows(s.ds.data(), s.k.data(), rows, keys, D, dq);
+      pr.ops(s).accumulate_rows(s.ds.data(), s.k.data(), rows, keys, D, dq);
     }
   }
   store_rows(pr.grads.dq, b, h, i0, rows, dq, pr.scale);

@@ -1,19 +1,17 @@
-// tile_grad.cpp - fp32 tile arithmetic of the CPU backward pass (tile_grad.hpp).
+// tile_grad.cpp - the plain tile loops of the CPU backward pass and the choice
+// of the kernels a call runs (tile_grad.hpp).
 #include "cpu/backward/tile_grad.hpp"
+
+#include "cpu/fast/isa.hpp"
 
 #include <cmath>
 #include <limits>
 
-#if defined(SPATTN_CPU_X86) && defined(__GNUC__) && !defined(__clang__)
-#define SPATTN_TILE_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define SPATTN_TILE_CLONES
-#endif
 
 namespace spattn::cpu_backward {
+namespace {
 
-SPATTN_TILE_CLONES
-void tile_probabilities(const float* q, const float* d_out, const float* k_t, const float* v_t,
+void plain_probabilities(const float* q, const float* d_out, const float* k_t, const float* v_t,
                         const float* lse, const float* delta, const uint8_t* allowed, int64_t rows,
                         int64_t keys, int64_t head_dim, float scale, float* p, float* ds) {
   for (int64_t i = 0; i < rows; ++i) {
@@ -41,8 +39,7 @@ void tile_probabilities(const float* q, const float* d_out, const float* k_t, co
   }
 }
 
-SPATTN_TILE_CLONES
-void accumulate_rows(const float* a, const float* b, int64_t rows, int64_t keys, int64_t head_dim,
+void plain_accumulate_rows(const float* a, const float* b, int64_t rows, int64_t keys, int64_t head_dim,
                      float* acc) {
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < keys; ++j) {
@@ -54,8 +51,7 @@ void accumulate_rows(const float* a, const float* b, int64_t rows, int64_t keys,
     }
 }
 
-SPATTN_TILE_CLONES
-void accumulate_keys(const float* a, const float* b, int64_t rows, int64_t keys, int64_t head_dim,
+void plain_accumulate_keys(const float* a, const float* b, int64_t rows, int64_t keys, int64_t head_dim,
                      float* acc) {
   for (int64_t i = 0; i < rows; ++i) {
     const float* bi = b + i * head_dim;
@@ -66,6 +62,24 @@ void accumulate_keys(const float* a, const float* b, int64_t rows, int64_t keys,
       for (int64_t d = 0; d < head_dim; ++d) out[d] += x * bi[d];
     }
   }
+}
+
+const TileGradOps kPlain{"plain", 1, &plain_probabilities, &plain_accumulate_rows, &plain_accumulate_keys};
+
+}  // namespace
+
+const TileGradOps& plain_tile_grad() { return kPlain; }
+
+const TileGradOps& fast_tile_grad(int64_t head_dim) {
+  const TileGradOps* ops = nullptr;
+#if defined(SPATTN_CPU_X86)
+  switch (cpu_fast::active_cpu_isa()) {
+    case cpu_fast::CpuIsa::Avx512: ops = avx512_tile_grad(); break;
+    case cpu_fast::CpuIsa::Avx2: ops = avx2_tile_grad(); break;
+    default: break;
+  }
+#endif
+  return ops != nullptr && head_dim % ops->head_dim_multiple == 0 ? *ops : kPlain;
 }
 
 }  // namespace spattn::cpu_backward

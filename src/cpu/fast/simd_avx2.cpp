@@ -1,8 +1,9 @@
-// simd_avx2.cpp - the query-tile kernel and FMA loop for AVX2 with FMA3.
+// simd_avx2.cpp - the query-tile kernel, FMA loop and backward tile products
+// (cpu/backward/tile_grad_kernel.hpp) for AVX2 with FMA3.
 //
 // Compiled with AVX2/FMA flags (src/CMakeLists.txt sets them on this file
 // only) and called only after the run-time check in isa.cpp. Everything but
-// the one exported accessor has internal linkage, and only intrinsics headers
+// the exported accessors has internal linkage, and only intrinsics headers
 // are included, so no AVX2 code can be picked by the linker for generic callers.
 //
 // Tile: 16 query rows (2 vectors of 8 lanes); scores in register tiles of 6
@@ -13,6 +14,7 @@
 #include <cstdint>
 
 #include "cpu/fast/isa.hpp"
+#include "cpu/backward/tile_grad_kernel.hpp"
 #include "cpu/fast/tile_kernel.hpp"
 
 namespace spattn::cpu_fast {
@@ -119,6 +121,8 @@ void transpose(const float* src, int64_t src_stride, int64_t rows, int64_t cols,
       dst[c * dst_stride + r] = src[r * src_stride + c] * col_scale[c];
 }
 
+constexpr cpu_backward::TileGradOps kGradOps = cpu_backward::TileGradKernel<Avx2, 4, 2, 4, 2>::ops("avx2");
+
 #undef SPATTN_SIMD_INLINE
 
 const TileKernel kAvx2Kernel{"avx2",          Kernel::M,     Kernel::kChunk,
@@ -130,3 +134,9 @@ const TileKernel kAvx2Kernel{"avx2",          Kernel::M,     Kernel::kChunk,
 const TileKernel* avx2_tile_kernel() { return &kAvx2Kernel; }
 
 }  // namespace spattn::cpu_fast
+
+namespace spattn::cpu_backward {
+
+const TileGradOps* avx2_tile_grad() { return &cpu_fast::kGradOps; }
+
+}  // namespace spattn::cpu_backward

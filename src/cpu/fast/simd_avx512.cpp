@@ -1,8 +1,9 @@
-// simd_avx512.cpp - the query-tile kernel and FMA loop for AVX-512 (F, BW, VL, DQ).
+// simd_avx512.cpp - the query-tile kernel, FMA loop and backward tile products
+// (cpu/backward/tile_grad_kernel.hpp) for AVX-512 (F, BW, VL, DQ).
 //
 // Compiled with AVX-512 flags (src/CMakeLists.txt sets them on this file only)
-// and called only after the run-time check in isa.cpp. Everything but the one
-// exported accessor has internal linkage, and only intrinsics headers are
+// and called only after the run-time check in isa.cpp. Everything but the
+// exported accessors has internal linkage, and only intrinsics headers are
 // included, so no AVX-512 code can be picked by the linker for generic callers.
 //
 // Tile: 64 query rows (4 vectors of 16 lanes); register tiles of 6 keys (or a
@@ -14,6 +15,7 @@
 #include <cstdint>
 
 #include "cpu/fast/isa.hpp"
+#include "cpu/backward/tile_grad_kernel.hpp"
 #include "cpu/fast/tile_kernel.hpp"
 
 namespace spattn::cpu_fast {
@@ -142,6 +144,8 @@ const TileKernel kAvx512Kernel{"avx512",
                                &FmaLoop<Avx512, 24>::run,
                                &transpose_blocks<true>};
 
+constexpr cpu_backward::TileGradOps kGradOps = cpu_backward::TileGradKernel<Avx512, 4, 4, 8, 2>::ops("avx512");
+
 #undef SPATTN_SIMD_INLINE
 
 }  // namespace
@@ -149,3 +153,9 @@ const TileKernel kAvx512Kernel{"avx512",
 const TileKernel* avx512_tile_kernel() { return &kAvx512Kernel; }
 
 }  // namespace spattn::cpu_fast
+
+namespace spattn::cpu_backward {
+
+const TileGradOps* avx512_tile_grad() { return &cpu_fast::kGradOps; }
+
+}  // namespace spattn::cpu_backward

@@ -176,6 +176,8 @@ TEST(Backward, CpuLargeBlocksAndLongRows) {
   }
 }
 
+// One thread takes the one-pass walk (dq with dk and dv), five the two passes:
+// the same sums in the same order.
 TEST(Backward, CpuResultDoesNotDependOnTheThreadCount) {
   GradProblem pr;
   pr.q_len = pr.k_len = 200;

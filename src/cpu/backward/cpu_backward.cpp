@@ -2,19 +2,25 @@
 //
 // fp32 accumulation over tiles of at most kTileRows query rows and kTileKeys
 // keys inside the mask's blocks, recomputing P from the forward's LSE (no
-// score matrix is kept between tiles). Three passes, OpenMP over tasks that
-// each own what they write, so the result does not depend on the thread count:
+// score matrix is kept between tiles). OpenMP over tasks that each own what
+// they write, so the result does not depend on the thread count:
 //   1. delta_i = d_out_i . out_i - d_lse_i for every row;
 //   2. dk, dv: a task per (batch, kv head, key tile); it walks the query
 //      blocks that keep its key block (the key-major plan) for every query
 //      head of its kv head, in a fixed order;
 //   3. dq: a task per (batch, query head, query tile) over its row's kept
 //      blocks (the forward lists).
+// Where every thread has a (batch, kv head) of its own and their dq fits in
+// scratch, 2 and 3 are one pass instead: a task per (batch, kv head) walks
+// its key tiles as in 2 and also adds each tile's dS K to its query heads'
+// dq, so P and dP are computed once per pair instead of twice.
 // Pairs of partial blocks are tested with the pattern predicate.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
+
+#include <omp.h>
 
 #include "cpu/backward/cpu_backward.hpp"
 #include "cpu/backward/tile_grad.hpp"
@@ -163,11 +169,13 @@ std::vector<float> row_deltas(const TensorView& out, const TensorView& d_out, co
   return delta;
 }
 
-// dk and dv of keys [j0, j0 + keys) of (b, kvh), all in key block kb.
+// dk and dv of keys [j0, j0 + keys) of (b, kvh), all in key block kb; with
+// `dq_rows` (the dq of (b, kvh)'s query heads, group x Lq rows of D floats
+// and kTileRows rows of margin) also dq += dS K for every row tile it meets.
 void key_tile(const Problem& pr, const KeyMajorPlan& cols, int64_t b, int64_t kvh, int64_t kb, int64_t j0,
-              int64_t keys, TileScratch& s) {
-  const int64_t D = pr.q.head_dim();
-  pr.stage_key_side(b, kvh, j0, keys, false, s);
+              int64_t keys, TileScratch& s, float* dq_rows = nullptr) {
+  const int64_t D = pr.q.head_dim(), Lq = pr.q.seq_len();
+  pr.stage_key_side(b, kvh, j0, keys, dq_rows != nullptr, s);
   float* dk = s.acc_a.data();
   float* dv = s.acc_b.data();
   std::fill(dk, dk + keys * D, 0.0f);
@@ -182,6 +190,9 @@ void key_tile(const Problem& pr, const KeyMajorPlan& cols, int64_t b, int64_t kv
         pr.probabilities(pr.allowed_pairs(cols.q_full[e] != 0, h, i0, rows, j0, keys, s), rows, keys, s);
         pr.ops(s).accumulate_keys(s.p.data(), s.d_out.data(), rows, keys, D, dv);
         pr.ops(s).accumulate_keys(s.ds.data(), s.q.data(), rows, keys, D, dk);
+        if (dq_rows)
+          pr.ops(s).accumulate_rows(s.ds.data(), s.k.data(), rows, keys, D,
+                                    dq_rows + ((h - kvh * pr.group()) * Lq + i0) * D);
       }
     }
   }
@@ -230,6 +241,41 @@ void parallel_tiles(int64_t B, int64_t heads, int64_t blocks, int64_t block_size
   }
 }
 
+// Scratch of the one-pass walk, all threads together, up to which it is taken.
+constexpr int64_t kOnePassScratchBytes = int64_t{1} << 30;
+
+// Does the call take one pass (every (batch, kv head) a task that also
+// accumulates its query heads' dq, 5 tile products per pair instead of 7)?
+// Where there are tasks for every thread and their dq scratch fits.
+bool one_pass_fits(const Problem& pr, int64_t threads) {
+  const int64_t tasks = pr.q.batch() * pr.k.heads();
+  const int64_t floats = (pr.group() * pr.q.seq_len() + kTileRows) * pr.q.head_dim();
+  return tasks >= threads && floats <= kOnePassScratchBytes / 4 / threads;
+}
+
+// The one-pass walk: a task per (batch, kv head) walks its key tiles in
+// order (key_tile with dq rows), then stores its query heads' dq.
+void one_pass(const Problem& pr, const KeyMajorPlan& cols) {
+  const BlockMaskView& plan = pr.plan;
+  const int64_t Hkv = pr.k.heads(), Lq = pr.q.seq_len(), D = pr.q.head_dim(), group = pr.group();
+  const int64_t tasks = pr.q.batch() * Hkv;
+#pragma omp parallel
+  {
+    TileScratch s(D);
+    std::vector<float> dq(static_cast<size_t>((group * Lq + kTileRows) * D));
+#pragma omp for schedule(dynamic)
+    for (int64_t task = 0; task < tasks; ++task) {
+      const int64_t b = task / Hkv, kvh = task % Hkv;
+      std::fill(dq.begin(), dq.end(), 0.0f);
+      for (int64_t kb = 0; kb < plan.num_k_blocks; ++kb)
+        for (int64_t j0 = plan.k_first(kb); j0 < plan.k_last(kb); j0 += kTileKeys)
+          key_tile(pr, cols, b, kvh, kb, j0, std::min(kTileKeys, plan.k_last(kb) - j0), s, dq.data());
+      for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h)
+        store_rows(pr.grads.dq, b, h, 0, Lq, dq.data() + (h - kvh * group) * Lq * D, pr.scale);
+    }
+  }
+}
+
 }  // namespace
 
 namespace cpu_backward {
@@ -241,7 +287,10 @@ void run_backward(const TensorView& q, const TensorView& k, const TensorView& v,
   const Problem pr{q, k, v, lse, d_out, grads, mask.view(), mask.pattern(), static_cast<float>(scale), delta};
   const BlockMaskView& plan = pr.plan;
   const int64_t B = q.batch(), Hq = q.heads(), Hkv = k.heads(), D = q.head_dim();
-
+  if (one_pass_fits(pr, omp_get_max_threads())) {
+    one_pass(pr, cols);
+    return;
+  }
   parallel_tiles(B, Hkv, plan.num_k_blocks, plan.block_k, kTileKeys, D,
                  [&](int64_t kb) { return plan.k_first(kb); }, [&](int64_t kb) { return plan.k_last(kb); },
                  [&](int64_t b, int64_t kvh, int64_t kb, int64_t j0, int64_t keys, TileScratch& s) {

@@ -87,6 +87,9 @@ struct TileScratch {
   std::vector<float> p, ds, acc_a, acc_b;
   std::vector<uint8_t> allowed;
   bool query_finite = true, keys_finite = true;  // of the rows and keys staged now
+  // The query side of the tile being computed: this scratch's own rows
+  // (stage_query_side), or rows of a KvHeadRows (one_pass).
+  const float *q_rows = nullptr, *d_out_rows = nullptr, *lse_rows = nullptr, *delta_rows = nullptr;
 
   explicit TileScratch(int64_t D)
       : q(kTileRows * D), d_out(kTileRows * D), lse(kTileRows), delta(kTileRows), k(kTileKeys * D),
@@ -123,6 +126,10 @@ struct Problem {
     }
     s.query_finite = all_finite(s.q.data(), rows * q.head_dim()) && all_finite(s.d_out.data(), rows * q.head_dim()) &&
                      all_finite(s.delta.data(), rows);
+    s.q_rows = s.q.data();
+    s.d_out_rows = s.d_out.data();
+    s.lse_rows = s.lse.data();
+    s.delta_rows = s.delta.data();
   }
   // Keys [j0, j0 + keys) of (b, kvh): transposed keys and values, and the keys as rows when `rows_too`.
   void stage_key_side(int64_t b, int64_t kvh, int64_t j0, int64_t keys, bool rows_too, TileScratch& s) const {
@@ -143,8 +150,7 @@ struct Problem {
     return s.allowed.data();
   }
   void probabilities(const uint8_t* allowed, int64_t rows, int64_t keys, TileScratch& s) const {
-    ops(s).probabilities(s.q.data(), s.d_out.data(), s.k_t.data(), s.v_t.data(), s.lse.data(),
-                                     s.delta.data(), allowed, rows, keys, q.head_dim(), scale, s.p.data(),
+    ops(s).probabilities(s.q_rows, s.d_out_rows, s.k_t.data(), s.v_t.data(), s.lse_rows, s.delta_rows, allowed, rows, keys, q.head_dim(), scale, s.p.data(),
                                      s.ds.data());
   }
 };
@@ -169,13 +175,57 @@ std::vector<float> row_deltas(const TensorView& out, const TensorView& d_out, co
   return delta;
 }
 
+// The query side and the dq of every query head of one (batch, kv head),
+// staged once for the one-pass walk: group x Lq rows each (and kTileRows
+// rows of margin, which the register tiles may read and add 0 to).
+struct KvHeadRows {
+  std::vector<float> q, d_out, lse, delta, dq;
+  std::vector<uint8_t> finite;  // per row: its q, d_out and delta are finite
+
+  explicit KvHeadRows(const Problem& pr)
+      : q(size(pr, pr.q.head_dim())), d_out(q.size()), lse(size(pr, 1)), delta(lse.size()), dq(q.size()),
+        finite(lse.size()) {}
+  static size_t size(const Problem& pr, int64_t width) {
+    return static_cast<size_t>((pr.group() * pr.q.seq_len() + kTileRows) * width);
+  }
+
+  void stage(const Problem& pr, int64_t b, int64_t kvh) {
+    const int64_t Lq = pr.q.seq_len(), D = pr.q.head_dim();
+    for (int64_t local = 0; local < pr.group(); ++local) {
+      const int64_t h = kvh * pr.group() + local, first = local * Lq;
+      stage_rows(pr.q, b, h, 0, Lq, q.data() + first * D);
+      stage_rows(pr.d_out, b, h, 0, Lq, d_out.data() + first * D);
+      for (int64_t i = 0; i < Lq; ++i) {
+        lse[first + i] = static_cast<float>(pr.lse.load(b, h, i, 0));
+        delta[first + i] = pr.delta[(b * pr.q.heads() + h) * Lq + i];
+        finite[first + i] = all_finite(q.data() + (first + i) * D, D) &&
+                            all_finite(d_out.data() + (first + i) * D, D) && std::isfinite(delta[first + i]);
+      }
+    }
+    std::fill(dq.begin(), dq.end(), 0.0f);
+  }
+
+  // Points `s` at rows [i0, i0 + rows) of query head `local` of the kv head.
+  void point(const Problem& pr, int64_t local, int64_t i0, int64_t rows, TileScratch& s) const {
+    const int64_t first = local * pr.q.seq_len() + i0, D = pr.q.head_dim();
+    s.q_rows = q.data() + first * D;
+    s.d_out_rows = d_out.data() + first * D;
+    s.lse_rows = lse.data() + first;
+    s.delta_rows = delta.data() + first;
+    s.query_finite = std::all_of(finite.begin() + first, finite.begin() + first + rows, [](uint8_t f) { return f; });
+  }
+  float* dq_rows(const Problem& pr, int64_t local, int64_t i0) {
+    return dq.data() + (local * pr.q.seq_len() + i0) * pr.q.head_dim();
+  }
+};
+
 // dk and dv of keys [j0, j0 + keys) of (b, kvh), all in key block kb; with
-// `dq_rows` (the dq of (b, kvh)'s query heads, group x Lq rows of D floats
-// and kTileRows rows of margin) also dq += dS K for every row tile it meets.
+// `heads` (the one-pass walk) the query side comes from there, and dq +=
+// dS K goes there for every row tile the keys meet.
 void key_tile(const Problem& pr, const KeyMajorPlan& cols, int64_t b, int64_t kvh, int64_t kb, int64_t j0,
-              int64_t keys, TileScratch& s, float* dq_rows = nullptr) {
-  const int64_t D = pr.q.head_dim(), Lq = pr.q.seq_len();
-  pr.stage_key_side(b, kvh, j0, keys, dq_rows != nullptr, s);
+              int64_t keys, TileScratch& s, KvHeadRows* heads = nullptr) {
+  const int64_t D = pr.q.head_dim();
+  pr.stage_key_side(b, kvh, j0, keys, heads != nullptr, s);
   float* dk = s.acc_a.data();
   float* dv = s.acc_b.data();
   std::fill(dk, dk + keys * D, 0.0f);
@@ -186,13 +236,16 @@ void key_tile(const Problem& pr, const KeyMajorPlan& cols, int64_t b, int64_t kv
       const int64_t qb = cols.q_indices[e];
       for (int64_t i0 = pr.plan.q_first(qb); i0 < pr.plan.q_last(qb); i0 += kTileRows) {
         const int64_t rows = std::min(kTileRows, pr.plan.q_last(qb) - i0);
-        pr.stage_query_side(b, h, i0, rows, s);
+        if (heads)
+          heads->point(pr, h - kvh * pr.group(), i0, rows, s);
+        else
+          pr.stage_query_side(b, h, i0, rows, s);
         pr.probabilities(pr.allowed_pairs(cols.q_full[e] != 0, h, i0, rows, j0, keys, s), rows, keys, s);
-        pr.ops(s).accumulate_keys(s.p.data(), s.d_out.data(), rows, keys, D, dv);
-        pr.ops(s).accumulate_keys(s.ds.data(), s.q.data(), rows, keys, D, dk);
-        if (dq_rows)
+        pr.ops(s).accumulate_keys(s.p.data(), s.d_out_rows, rows, keys, D, dv);
+        pr.ops(s).accumulate_keys(s.ds.data(), s.q_rows, rows, keys, D, dk);
+        if (heads)
           pr.ops(s).accumulate_rows(s.ds.data(), s.k.data(), rows, keys, D,
-                                    dq_rows + ((h - kvh * pr.group()) * Lq + i0) * D);
+                                    heads->dq_rows(pr, h - kvh * pr.group(), i0));
       }
     }
   }
@@ -249,12 +302,12 @@ constexpr int64_t kOnePassScratchBytes = int64_t{1} << 30;
 // Where there are tasks for every thread and their dq scratch fits.
 bool one_pass_fits(const Problem& pr, int64_t threads) {
   const int64_t tasks = pr.q.batch() * pr.k.heads();
-  const int64_t floats = (pr.group() * pr.q.seq_len() + kTileRows) * pr.q.head_dim();
+  const int64_t floats = 3 * (pr.group() * pr.q.seq_len() + kTileRows) * pr.q.head_dim();  // q, d_out, dq
   return tasks >= threads && floats <= kOnePassScratchBytes / 4 / threads;
 }
 
-// The one-pass walk: a task per (batch, kv head) walks its key tiles in
-// order (key_tile with dq rows), then stores its query heads' dq.
+// The one-pass walk: a task per (batch, kv head) stages its query heads'
+// rows, walks its key tiles in order (key_tile with them), then stores their dq.
 void one_pass(const Problem& pr, const KeyMajorPlan& cols) {
   const BlockMaskView& plan = pr.plan;
   const int64_t Hkv = pr.k.heads(), Lq = pr.q.seq_len(), D = pr.q.head_dim(), group = pr.group();
@@ -262,16 +315,16 @@ void one_pass(const Problem& pr, const KeyMajorPlan& cols) {
 #pragma omp parallel
   {
     TileScratch s(D);
-    std::vector<float> dq(static_cast<size_t>((group * Lq + kTileRows) * D));
+    KvHeadRows heads(pr);
 #pragma omp for schedule(dynamic)
     for (int64_t task = 0; task < tasks; ++task) {
       const int64_t b = task / Hkv, kvh = task % Hkv;
-      std::fill(dq.begin(), dq.end(), 0.0f);
+      heads.stage(pr, b, kvh);
       for (int64_t kb = 0; kb < plan.num_k_blocks; ++kb)
         for (int64_t j0 = plan.k_first(kb); j0 < plan.k_last(kb); j0 += kTileKeys)
-          key_tile(pr, cols, b, kvh, kb, j0, std::min(kTileKeys, plan.k_last(kb) - j0), s, dq.data());
-      for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h)
-        store_rows(pr.grads.dq, b, h, 0, Lq, dq.data() + (h - kvh * group) * Lq * D, pr.scale);
+          key_tile(pr, cols, b, kvh, kb, j0, std::min(kTileKeys, plan.k_last(kb) - j0), s, &heads);
+      for (int64_t local = 0; local < group; ++local)
+        store_rows(pr.grads.dq, b, kvh * group + local, 0, Lq, heads.dq_rows(pr, local, 0), pr.scale);
     }
   }
 }

@@ -8,14 +8,17 @@
 // lengths, odd block sizes, GQA, per-head masks, both layouts and every input
 // dtype, with and without an LSE gradient, into poisoned gradients. Also: the
 // result does not depend on the thread count, rows without keys and keys no
-// row reads get zero gradients, and bad arguments are rejected with messages
-// naming them (the key-major lists are tested with the plan, test_plan.cpp).
+// row reads get zero gradients, the SIMD tile kernels of every instruction set
+// at every head dim they take (and the plain loops where they do not), and bad
+// arguments are rejected with messages naming them (the key-major lists are
+// tested with the plan, test_plan.cpp).
 #include <gtest/gtest.h>
 #include <omp.h>
 
 #include <cmath>
 #include <string>
 
+#include "cpu/fast/isa.hpp"
 #include "pattern_cases.hpp"
 #include "test_support.hpp"
 
@@ -174,6 +177,37 @@ TEST(Backward, CpuLargeBlocksAndLongRows) {
     SCOPED_TRACE(pattern.describe());
     expect_grads_match(run_backward(pr, pattern, Backend::Cpu, seed++), 1e-4);
   }
+}
+
+// The tile kernels of every instruction set this CPU runs, at head dims each
+// takes or leaves to the plain loops, through both walks (one thread: the
+// one-pass walk; five: the two passes), on full and partial tiles.
+TEST(Backward, CpuTileKernelsOfEveryInstructionSet) {
+  uint64_t seed = 4710;
+  for (const cpu_fast::CpuIsa isa : {cpu_fast::CpuIsa::Avx512, cpu_fast::CpuIsa::Avx2, cpu_fast::CpuIsa::Portable}) {
+    if (!cpu_fast::cpu_isa_supported(isa)) continue;
+    cpu_fast::force_cpu_isa(isa);
+    for (const int64_t head_dim : {24, 32, 64, 96, 128}) {
+      for (const int threads : {1, 5}) {
+        SCOPED_TRACE(std::string(cpu_fast::cpu_isa_name(isa)) + ", head_dim " + std::to_string(head_dim) + ", " +
+                     std::to_string(threads) + " threads");
+        GradProblem pr;
+        pr.q_len = 150;
+        pr.k_len = 133;
+        pr.q_heads = 4;
+        pr.kv_heads = 2;
+        pr.head_dim = head_dim;
+        pr.block_q = pr.block_k = 64;
+        pr.dtype = DType::F32;
+        const int saved = omp_get_max_threads();
+        omp_set_num_threads(threads);
+        for (const Pattern& pattern : {Pattern::dense(), Pattern::causal(), Pattern::sliding_window(40)})
+          expect_grads_match(run_backward(pr, pattern, Backend::Cpu, seed++), 1e-4);
+        omp_set_num_threads(saved);
+      }
+    }
+  }
+  cpu_fast::clear_forced_cpu_isa();
 }
 
 // One thread takes the one-pass walk (dq with dk and dv), five the two passes:

@@ -5,6 +5,7 @@
 #include "cpu/fast/isa.hpp"
 
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 
 
@@ -71,15 +72,16 @@ const TileGradOps kPlain{"plain", 1, &plain_probabilities, &plain_accumulate_row
 const TileGradOps& plain_tile_grad() { return kPlain; }
 
 const TileGradOps& fast_tile_grad(int64_t head_dim) {
-  const TileGradOps* ops = nullptr;
 #if defined(SPATTN_CPU_X86)
-  switch (cpu_fast::active_cpu_isa()) {
-    case cpu_fast::CpuIsa::Avx512: ops = avx512_tile_grad(); break;
-    case cpu_fast::CpuIsa::Avx2: ops = avx2_tile_grad(); break;
-    default: break;
-  }
+  // The widest kernels that take the head dim (AVX-512 machines run the AVX2 ones too).
+  const cpu_fast::CpuIsa isa = cpu_fast::active_cpu_isa();
+  for (const TileGradOps* ops : {isa == cpu_fast::CpuIsa::Avx512 ? avx512_tile_grad() : nullptr,
+                                 isa != cpu_fast::CpuIsa::Portable ? avx2_tile_grad() : nullptr})
+    if (ops != nullptr && head_dim % ops->head_dim_multiple == 0) return *ops;
+#else
+  (void)head_dim;
 #endif
-  return ops != nullptr && head_dim % ops->head_dim_multiple == 0 ? *ops : kPlain;
+  return kPlain;
 }
 
 }  // namespace spattn::cpu_backward

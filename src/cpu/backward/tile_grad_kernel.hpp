@@ -1,7 +1,8 @@
 // tile_grad_kernel.hpp - the three products of the CPU backward pass on one
 // tile (tile_grad.hpp has their contracts), written once over the SIMD
 // abstraction of cpu/fast/tile_kernel.hpp and instantiated per instruction
-// set (cpu/fast/simd_avx2.cpp, simd_avx512.cpp), as register-blocked
+// set (cpu/fast/simd_avx2.cpp, simd_avx512.cpp; AVX-512 head dims that are
+// not multiples of 64 take the AVX2 instance), as register-blocked
 // micro-kernels:
 //   scores S = Q K^T and dP = dO V^T: register tiles of RI rows x CK key
 //     vectors (per d: CK loads of the transposed keys, RI broadcasts of the

@@ -144,7 +144,7 @@ const TileKernel kAvx512Kernel{"avx512",
                                &FmaLoop<Avx512, 24>::run,
                                &transpose_blocks<true>};
 
-constexpr cpu_backward::TileGradOps kGradOps = cpu_backward::TileGradKernel<Avx512, 4, 4, 8, 2>::ops("avx512");
+constexpr cpu_backward::TileGradOps kGradOps = cpu_backward::TileGradKernel<Avx512, 4, 4, 4, 4>::ops("avx512");
 
 #undef SPATTN_SIMD_INLINE
 

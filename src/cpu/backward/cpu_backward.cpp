@@ -25,6 +25,7 @@
 #include "cpu/backward/cpu_backward.hpp"
 #include "cpu/backward/tile_grad.hpp"
 #include "cpu/fast/element_access.hpp"
+#include "cpu/fast/partial_bits.hpp"
 #include "pattern/key_major_plan.hpp"
 #include "spattn/backward.hpp"
 
@@ -85,7 +86,7 @@ struct TileScratch {
   std::vector<float> q, d_out, lse, delta;  // query side
   std::vector<float> k, k_t, v_t;           // key side
   std::vector<float> p, ds, acc_a, acc_b;
-  std::vector<uint8_t> allowed;
+  std::vector<uint64_t> allowed, key_rows;  // per row: its allowed keys; per key: the rows it is allowed for
   bool query_finite = true, keys_finite = true;  // of the rows and keys staged now
   // The query side of the tile being computed: this scratch's own rows
   // (stage_query_side), or rows of a KvHeadRows (one_pass).
@@ -94,7 +95,7 @@ struct TileScratch {
   explicit TileScratch(int64_t D)
       : q(kTileRows * D), d_out(kTileRows * D), lse(kTileRows), delta(kTileRows), k(kTileKeys * D),
         k_t(D * kTileKeys), v_t(D * kTileKeys), p(kTileRows * kTileKeys), ds(kTileRows * kTileKeys),
-        acc_a(std::max(kTileRows, kTileKeys) * D), acc_b(kTileKeys * D), allowed(kTileRows * kTileKeys) {}
+        acc_a(std::max(kTileRows, kTileKeys) * D), acc_b(kTileKeys * D), allowed(kTileRows), key_rows(kTileKeys) {}
 };
 
 struct Problem {
@@ -139,17 +140,20 @@ struct Problem {
     s.keys_finite = transposed_finite(s.k_t.data(), keys, k.head_dim()) &&
                     transposed_finite(s.v_t.data(), keys, k.head_dim());
   }
-  // The allowed pairs of a partial tile (rows from i0, keys from j0) of head h.
-  const uint8_t* allowed_pairs(bool full, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t keys,
-                               TileScratch& s) const {
+  // The allowed pairs of a partial tile (rows from i0, keys from j0) of head
+  // h: a key mask per row, from the per-key row masks of the forward's
+  // closed forms (cpu/fast/partial_bits.hpp).
+  const uint64_t* allowed_pairs(bool full, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t keys,
+                                TileScratch& s) const {
     if (full) return nullptr;
-    const PatternExpr& expr = pattern->expr_for_head(h, q.heads());
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < keys; ++c)
-        s.allowed[r * kTileKeys + c] = expr_allows(expr, h, i0 + r, i0 + r + offset(), j0 + c) ? 1 : 0;
+    const cpu_fast::TileMaskContext context{&pattern->expr_for_head(h, q.heads()), h, i0, rows, offset()};
+    cpu_fast::tile_allowed_bits(&context, j0, keys, s.key_rows.data());
+    std::fill(s.allowed.begin(), s.allowed.begin() + rows, uint64_t{0});
+    for (int64_t c = 0; c < keys; ++c)
+      for (uint64_t m = s.key_rows[c]; m != 0; m &= m - 1) s.allowed[__builtin_ctzll(m)] |= uint64_t{1} << c;
     return s.allowed.data();
   }
-  void probabilities(const uint8_t* allowed, int64_t rows, int64_t keys, TileScratch& s) const {
+  void probabilities(const uint64_t* allowed, int64_t rows, int64_t keys, TileScratch& s) const {
     ops(s).probabilities(s.q_rows, s.d_out_rows, s.k_t.data(), s.v_t.data(), s.lse_rows, s.delta_rows, allowed, rows, keys, q.head_dim(), scale, s.p.data(),
                                      s.ds.data());
   }

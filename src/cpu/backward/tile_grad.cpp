@@ -13,7 +13,7 @@ namespace spattn::cpu_backward {
 namespace {
 
 void plain_probabilities(const float* q, const float* d_out, const float* k_t, const float* v_t,
-                        const float* lse, const float* delta, const uint8_t* allowed, int64_t rows,
+                        const float* lse, const float* delta, const uint64_t* allowed, int64_t rows,
                         int64_t keys, int64_t head_dim, float scale, float* p, float* ds) {
   for (int64_t i = 0; i < rows; ++i) {
     float* s = p + i * kTileKeys;
@@ -30,10 +30,10 @@ void plain_probabilities(const float* q, const float* d_out, const float* k_t, c
       }
     }
     const float row_lse = lse[i], row_delta = delta[i];
-    const uint8_t* keep = allowed ? allowed + i * kTileKeys : nullptr;
+    const uint64_t keep = allowed ? allowed[i] : ~uint64_t{0};
     for (int64_t j = 0; j < keys; ++j) {
       const float weight = std::exp(scale * s[j] - row_lse);
-      const bool kept = !keep || keep[j] != 0;
+      const bool kept = (keep >> j) & 1u;
       s[j] = kept ? weight : 0.0f;
       dp[j] = kept ? weight * (dp[j] - row_delta) : 0.0f;
     }

@@ -18,7 +18,8 @@ constexpr int64_t kTileKeys = 64;  // keys of a tile
 // One implementation of the three tile products:
 //   probabilities: P (rows x keys, leading dimension kTileKeys) =
 //     exp(scale * Q K^T - lse_i), and dS = P * (dO V^T - delta_i) in `ds`;
-//     where `allowed` (rows x keys bytes, or null for a full tile) is 0, and
+//     where `allowed` (per row, bit c: key c is allowed; null for a full
+//     tile) has a 0 bit, and
 //     on rows whose lse is -inf, both are 0;
 //   accumulate_rows: acc (rows x D) += A (rows x keys) B (keys x D): dq += dS K;
 //   accumulate_keys: acc (keys x D) += A^T (keys x rows) B (rows x D):
@@ -27,7 +28,7 @@ struct TileGradOps {
   const char* name;
   int64_t head_dim_multiple;  // head dims it takes: multiples of this
   void (*probabilities)(const float* q, const float* d_out, const float* k_t, const float* v_t, const float* lse,
-                        const float* delta, const uint8_t* allowed, int64_t rows, int64_t keys,
+                        const float* delta, const uint64_t* allowed, int64_t rows, int64_t keys,
                         int64_t head_dim, float scale, float* p, float* ds);
   void (*accumulate_rows)(const float* a, const float* b, int64_t rows, int64_t keys, int64_t head_dim,
                           float* acc);

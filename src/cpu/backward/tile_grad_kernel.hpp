@@ -56,16 +56,14 @@ struct TileGradKernel {
       }
   }
 
-  // Lane bits of keys [j0, j0 + W) a row keeps: below `keys` and allowed.
-  static uint32_t kept_lanes(const uint8_t* allowed_row, int64_t j0, int64_t keys) {
-    uint32_t lanes = 0;
-    for (int l = 0; l < W; ++l)
-      if (j0 + l < keys && (allowed_row == nullptr || allowed_row[j0 + l] != 0)) lanes |= 1u << l;
-    return lanes;
+  // Lane bits of keys [j0, j0 + W) a row keeps: below `keys` and in its key mask.
+  static uint32_t kept_lanes(uint64_t row_keys, int64_t j0, int64_t keys) {
+    const uint64_t below = keys >= kTileKeys ? ~uint64_t{0} : (uint64_t{1} << keys) - 1;
+    return static_cast<uint32_t>(((row_keys & below) >> j0) & ((uint64_t{1} << W) - 1));
   }
 
   static void probabilities(const float* q, const float* d_out, const float* k_t, const float* v_t,
-                            const float* lse, const float* delta, const uint8_t* allowed, int64_t rows,
+                            const float* lse, const float* delta, const uint64_t* allowed, int64_t rows,
                             int64_t keys, int64_t head_dim, float scale, float* p, float* ds) {
     products(q, k_t, rows, head_dim, p);
     products(d_out, v_t, rows, head_dim, ds);
@@ -82,9 +80,9 @@ struct TileGradKernel {
       }
       const Reg row_scale = V::set1(scale * kLog2e), row_lse = V::set1(lse[i] * kLog2e);
       const Reg row_delta = V::set1(delta[i]);
-      const uint8_t* allowed_row = allowed ? allowed + i * kTileKeys : nullptr;
+      const uint64_t row_keys = allowed ? allowed[i] : ~uint64_t{0};
       for (int v = 0; v < kKeyVectors; ++v) {
-        const uint32_t lanes = kept_lanes(allowed_row, v * W, keys);
+        const uint32_t lanes = kept_lanes(row_keys, v * W, keys);
         // keep() puts -inf in the dropped lanes: 2^-inf = 0.
         const Reg weight = V::exp2(V::keep(V::sub(V::mul(V::load(s + v * W), row_scale), row_lse), lanes));
         V::store(s + v * W, weight);

@@ -18,16 +18,22 @@ from spattn.integrations import hf  # noqa: E402
 from spattn.integrations.hf_cache import SpattnPagedCache  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def models():
+def make_models(hidden_size):
+    """(spattn model, sdpa model with the same weights, prompt ids): a random Llama of 4 heads over 2."""
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=101, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    config = LlamaConfig(vocab_size=101, hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=512)
     ours = LlamaForCausalLM._from_config(copy.deepcopy(config), attn_implementation="spattn").eval()
     reference = LlamaForCausalLM._from_config(copy.deepcopy(config), attn_implementation="sdpa").eval()
     reference.load_state_dict(ours.state_dict())
     ids = torch.randint(0, 101, (2, 40), generator=torch.Generator().manual_seed(1))
     return ours, reference, ids
+
+
+@pytest.fixture(scope="module")
+def models():
+    return make_models(64)
 
 
 def generate(model, ids, spec=None, cache=None, tokens=12):
@@ -65,14 +71,8 @@ def test_the_cache_serves_spattn_only(models):
 
 @pytest.fixture(scope="module")
 def cuda_models():
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=101, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
-    ours = LlamaForCausalLM._from_config(copy.deepcopy(config), attn_implementation="spattn").eval()
-    reference = LlamaForCausalLM._from_config(copy.deepcopy(config), attn_implementation="sdpa").eval()
-    reference.load_state_dict(ours.state_dict())
-    ids = torch.randint(0, 101, (2, 40), generator=torch.Generator().manual_seed(1)).cuda()
-    return ours.to("cuda", torch.float16), reference.to("cuda", torch.float16), ids
+    ours, reference, ids = make_models(128)  # head dim 32, which the CUDA decode kernel takes
+    return ours.to("cuda", torch.float16), reference.to("cuda", torch.float16), ids.cuda()
 
 
 @pytest.mark.gpu

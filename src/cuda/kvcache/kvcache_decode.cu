@@ -8,7 +8,8 @@
 // heads and rows packed together: they share the keys) and one split of the
 // kv head's kept blocks (kvcache_blocks.cu). It streams tiles of keys and
 // values (16 KB each) into shared memory with cp.async, double-buffered,
-// resolving each key's page through the page table as it loads it. Every
+// each key's page resolved through the page table once per tile (one thread
+// per key) before the copies are issued. Every
 // query row is held by a lane group of D / 8 lanes (8 dims a lane, fp32);
 // the groups left over take every KL-th key of a tile for the same rows, so
 // all 128 threads work even for one row. A lane group scores a key with
@@ -41,8 +42,8 @@ struct DecodeShape {
   static constexpr int kGroups = kThreads / kLanes;   // lane groups of a CTA
   static constexpr int kTileKeys = 8192 / D;          // keys of a 16 KB tile
   static constexpr int kTileElems = kTileKeys * D;
-  // Two stages of keys and values, then each stage's key positions and partial flags.
-  static constexpr int kSmemBytes = 4 * kTileElems * 2 + 2 * kTileKeys * (8 + 4);
+  // Two stages of keys and values, then each stage's key positions, pages, page rows and partial flags.
+  static constexpr int kSmemBytes = 4 * kTileElems * 2 + 2 * kTileKeys * (8 + 8 + 4 + 4);
 };
 
 // Writes row (b, h, i) of the result: `o` (the lane's 8 dims) and the LSE (lane 0).
@@ -67,8 +68,12 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const KvCacheParams p)
   extern __shared__ __align__(16) unsigned char smem[];
   T* const k_tiles = reinterpret_cast<T*>(smem);
   T* const v_tiles = k_tiles + 2 * S::kTileElems;
-  int64_t* const key_pos = reinterpret_cast<int64_t*>(v_tiles + 2 * S::kTileElems);  // [stage][key], -1: none
-  int32_t* const key_partial = reinterpret_cast<int32_t*>(key_pos + 2 * S::kTileKeys);
+  // Per stage and key of a tile: its position (-1: none), physical page, row in the page, and
+  // whether its block is kept only in part.
+  int64_t* const key_pos = reinterpret_cast<int64_t*>(v_tiles + 2 * S::kTileElems);
+  int64_t* const key_page = key_pos + 2 * S::kTileKeys;
+  int32_t* const key_row = reinterpret_cast<int32_t*>(key_page + 2 * S::kTileKeys);
+  int32_t* const key_partial = key_row + 2 * S::kTileKeys;
 
   const int64_t split = blockIdx.z, bg = blockIdx.x, b = bg / p.kv_heads, g = bg % p.kv_heads;
   const int64_t group = p.q_heads / p.kv_heads, rows = group * p.q_len;
@@ -99,10 +104,10 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const KvCacheParams p)
     for (int n = 0; n < 8; ++n) q[n] *= p.scale_log2;
   }
 
-  // Keys [start, start + tile) of this split's stream into stage `stage`.
-  auto load_tile = [&](int64_t start, int stage) {
-    for (int c = tid; c < S::kTileKeys * S::kLanes; c += kThreads) {
-      const int key = c / S::kLanes, part = c % S::kLanes;
+  // Where keys [start, start + tile) of this split's stream lie, into stage
+  // `stage`'s key arrays: one thread per key, so the divisions are paid once.
+  auto locate_tile = [&](int64_t start, int stage) {
+    for (int key = tid; key < S::kTileKeys; key += kThreads) {
       const int64_t t = start + key;
       int64_t j = -1, page = 0, page_row = 0;
       bool partial = false;
@@ -116,15 +121,24 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const KvCacheParams p)
           page_row = p.page_table ? jj % p.page_rows : jj;
         }
       }
+      key_pos[stage * S::kTileKeys + key] = j;
+      key_page[stage * S::kTileKeys + key] = page;
+      key_row[stage * S::kTileKeys + key] = static_cast<int32_t>(page_row);
+      key_partial[stage * S::kTileKeys + key] = partial ? 1 : 0;
+    }
+  };
+  // The located keys and values into stage `stage` (16 bytes a copy; zeros where there is no key).
+  auto load_tile = [&](int stage) {
+    for (int c = tid; c < S::kTileKeys * S::kLanes; c += kThreads) {
+      const int key = c / S::kLanes, part = c % S::kLanes;
+      const int at_key = stage * S::kTileKeys + key;
+      const bool valid = key_pos[at_key] >= 0;
+      const int64_t page = key_page[at_key], page_row = key_row[at_key];
       const int64_t elem = key * D + part * 8;
       cp_async_16(smem_address(k_tiles + stage * S::kTileElems + elem),
-                  static_cast<const T*>(p.k_cache) + at(p.k_cache_stride, page, g, page_row, part * 8), j >= 0);
+                  static_cast<const T*>(p.k_cache) + at(p.k_cache_stride, page, g, page_row, part * 8), valid);
       cp_async_16(smem_address(v_tiles + stage * S::kTileElems + elem),
-                  static_cast<const T*>(p.v_cache) + at(p.v_cache_stride, page, g, page_row, part * 8), j >= 0);
-      if (part == 0) {
-        key_pos[stage * S::kTileKeys + key] = j;
-        key_partial[stage * S::kTileKeys + key] = partial ? 1 : 0;
-      }
+                  static_cast<const T*>(p.v_cache) + at(p.v_cache_stride, page, g, page_row, part * 8), valid);
     }
   };
 
@@ -132,13 +146,17 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const KvCacheParams p)
   bool poisoned = count < 0;  // a bad sequence's rows come out NaN
   const int64_t tiles = (range_keys + S::kTileKeys - 1) / S::kTileKeys;
   if (tiles > 0) {
-    load_tile(0, 0);
+    locate_tile(0, 0);
+    __syncthreads();
+    load_tile(0);
     cp_async_commit();
   }
   for (int64_t t = 0; t < tiles; ++t) {
     const int stage = static_cast<int>(t & 1);
     if (t + 1 < tiles) {
-      load_tile((t + 1) * S::kTileKeys, stage ^ 1);
+      locate_tile((t + 1) * S::kTileKeys, stage ^ 1);
+      __syncthreads();
+      load_tile(stage ^ 1);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -152,9 +170,13 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const KvCacheParams p)
       const bool mine = active && key < S::kTileKeys;
       float k[8];
       kvcache::to_floats<T>(*reinterpret_cast<const uint4*>(k_tile + (mine ? key : 0) * D + d0), k);
-      float s = 0.0f;
+      float even = 0.0f, odd = 0.0f;  // two chains: half the latency of one
 #pragma unroll
-      for (int n = 0; n < 8; ++n) s = fmaf(q[n], k[n], s);
+      for (int n = 0; n < 8; n += 2) {
+        even = fmaf(q[n], k[n], even);
+        odd = fmaf(q[n + 1], k[n + 1], odd);
+      }
+      float s = even + odd;
 #pragma unroll
       for (int offset = S::kLanes / 2; offset > 0; offset >>= 1) s += __shfl_xor_sync(0xffffffffu, s, offset);
       if (!mine) continue;

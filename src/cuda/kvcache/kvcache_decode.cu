@@ -18,6 +18,7 @@
 // the groups of a row merge in shared memory, and the row is written: the
 // output itself when there is one split, else a normalised partial O and
 // its LSE for the combine kernel.
+#include <algorithm>
 #include <cmath>
 
 #include "cuda/common/cuda_check.hpp"
@@ -303,7 +304,29 @@ void launch_decode(const KvCacheParams& p, cudaStream_t stream) {
 
 int64_t kvcache_tile_keys(int64_t head_dim) { return 8192 / head_dim; }
 
-int64_t kvcache_max_rows_per_cta(int64_t head_dim) { return kThreads / (head_dim / 8); }
+namespace {
+// Decode CTAs one SM holds at head dim D (the same for both input types).
+template <int D>
+int ctas_per_sm() {
+  const auto kernel = decode_kernel<__half, D>;
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), DecodeShape<D>::kSmemBytes, "KV-cache decode kernel");
+  int per_sm = 0;
+  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, DecodeShape<D>::kSmemBytes),
+             "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  return std::max(per_sm, 1);
+}
+}  // namespace
+
+int64_t kvcache_resident_ctas(int64_t head_dim) {
+  int per_sm = 1;  // asked once per process and head dim
+  switch (head_dim) {
+    case 32: { static const int n = ctas_per_sm<32>(); per_sm = n; break; }
+    case 64: { static const int n = ctas_per_sm<64>(); per_sm = n; break; }
+    case 128: { static const int n = ctas_per_sm<128>(); per_sm = n; break; }
+    default: { static const int n = ctas_per_sm<256>(); per_sm = n; break; }
+  }
+  return static_cast<int64_t>(per_sm) * current_device_info().sms;
+}
 
 template <typename T>
 void launch_kvcache_decode(const KvCacheParams& p, cudaStream_t stream) {

@@ -22,6 +22,8 @@ void launch_kvcache_block_lists(const KvCacheParams& p, cudaStream_t stream);
 int64_t kvcache_tile_keys(int64_t head_dim);
 // Query rows of one kv head a decode CTA can take at once.
 int64_t kvcache_max_rows_per_cta(int64_t head_dim);
+// Decode CTAs the device holds at once (one wave).
+int64_t kvcache_resident_ctas(int64_t head_dim);
 
 template <typename T>
 void launch_kvcache_decode(const KvCacheParams& p, cudaStream_t stream);

@@ -41,14 +41,21 @@ void require_device(const void* p, const char* name) {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Splits of each (sequence, kv head, row tile) along its kept blocks: enough
-// CTAs for three waves of the device, no more than the blocks the cache can
-// hold, each with at least two tiles of keys at the cache's capacity.
+// Splits of each (sequence, kv head, row tile) along its kept blocks: the
+// count whose waves of CTAs finish soonest, time ~ waves / splits (a split's
+// work shrinks as they grow), the smallest within 2% of the best; no more
+// than the blocks the cache can hold, each split with at least two tiles of
+// keys at the cache's capacity.
 int64_t choose_splits(const KvCacheParams& p) {
-  const int64_t units = p.batch * p.kv_heads * p.row_tiles;
-  const int64_t wanted = ceil_div(3 * static_cast<int64_t>(current_device_info().sms), std::max<int64_t>(units, 1));
+  const int64_t units = std::max<int64_t>(1, p.batch * p.kv_heads * p.row_tiles);
+  const int64_t wave = kvcache_resident_ctas(p.head_dim);
   const int64_t by_keys = std::max<int64_t>(1, p.capacity / (2 * kvcache_tile_keys(p.head_dim)));
-  return std::clamp<int64_t>(std::min({wanted, by_keys, p.max_blocks}), 1, kMaxSplits);
+  const int64_t most = std::clamp<int64_t>(std::min(by_keys, p.max_blocks), 1, kMaxSplits);
+  const auto time = [&](int64_t splits) { return static_cast<double>(ceil_div(units * splits, wave)) / splits; };
+  double best = time(1);
+  for (int64_t splits = 2; splits <= most; ++splits) best = std::min(best, time(splits));
+  for (int64_t splits = 1;; ++splits)
+    if (time(splits) <= best * 1.02) return splits;
 }
 
 // The status the kernels left, as the error they describe.

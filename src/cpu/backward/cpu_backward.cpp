@@ -81,6 +81,8 @@ bool transposed_finite(const float* t, int64_t keys, int64_t head_dim) {
   return true;
 }
 
+enum class TileKeep { None, Some, All };
+
 // One tile's inputs: query-side rows and key-side keys, staged as fp32.
 struct TileScratch {
   std::vector<float> q, d_out, lse, delta;  // query side
@@ -140,20 +142,28 @@ struct Problem {
     s.keys_finite = transposed_finite(s.k_t.data(), keys, k.head_dim()) &&
                     transposed_finite(s.v_t.data(), keys, k.head_dim());
   }
-  // The allowed pairs of a partial tile (rows from i0, keys from j0) of head
-  // h: a key mask per row, from the per-key row masks of the forward's
-  // closed forms (cpu/fast/partial_bits.hpp).
-  const uint64_t* allowed_pairs(bool full, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t keys,
-                                TileScratch& s) const {
-    if (full) return nullptr;
+  // Which pairs of a tile (rows from i0, keys from j0) of head h are kept:
+  // all (a full block's tile, or a partial block's tile every row keeps
+  // whole), none (skipped), or some, with a key mask per row in s.allowed
+  // from the per-key row masks of the forward's closed forms
+  // (cpu/fast/partial_bits.hpp).
+  TileKeep tile_keep(bool full, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t keys, TileScratch& s) const {
+    if (full) return TileKeep::All;
     const cpu_fast::TileMaskContext context{&pattern->expr_for_head(h, q.heads()), h, i0, rows, offset()};
     cpu_fast::tile_allowed_bits(&context, j0, keys, s.key_rows.data());
     std::fill(s.allowed.begin(), s.allowed.begin() + rows, uint64_t{0});
     for (int64_t c = 0; c < keys; ++c)
       for (uint64_t m = s.key_rows[c]; m != 0; m &= m - 1) s.allowed[__builtin_ctzll(m)] |= uint64_t{1} << c;
-    return s.allowed.data();
+    const uint64_t every_key = keys >= 64 ? ~uint64_t{0} : (uint64_t{1} << keys) - 1;
+    bool some = false, all = true;
+    for (int64_t r = 0; r < rows; ++r) {
+      some |= s.allowed[r] != 0;
+      all &= s.allowed[r] == every_key;
+    }
+    return all ? TileKeep::All : (some ? TileKeep::Some : TileKeep::None);
   }
-  void probabilities(const uint64_t* allowed, int64_t rows, int64_t keys, TileScratch& s) const {
+  void probabilities(TileKeep keep, int64_t rows, int64_t keys, TileScratch& s) const {
+    const uint64_t* allowed = keep == TileKeep::Some ? s.allowed.data() : nullptr;
     ops(s).probabilities(s.q_rows, s.d_out_rows, s.k_t.data(), s.v_t.data(), s.lse_rows, s.delta_rows, allowed, rows, keys, q.head_dim(), scale, s.p.data(),
                                      s.ds.data());
   }
@@ -240,11 +250,13 @@ void key_tile(const Problem& pr, const KeyMajorPlan& cols, int64_t b, int64_t kv
       const int64_t qb = cols.q_indices[e];
       for (int64_t i0 = pr.plan.q_first(qb); i0 < pr.plan.q_last(qb); i0 += kTileRows) {
         const int64_t rows = std::min(kTileRows, pr.plan.q_last(qb) - i0);
+        const TileKeep keep = pr.tile_keep(cols.q_full[e] != 0, h, i0, rows, j0, keys, s);
+        if (keep == TileKeep::None) continue;
         if (heads)
           heads->point(pr, h - kvh * pr.group(), i0, rows, s);
         else
           pr.stage_query_side(b, h, i0, rows, s);
-        pr.probabilities(pr.allowed_pairs(cols.q_full[e] != 0, h, i0, rows, j0, keys, s), rows, keys, s);
+        pr.probabilities(keep, rows, keys, s);
         pr.ops(s).accumulate_keys(s.p.data(), s.d_out_rows, rows, keys, D, dv);
         pr.ops(s).accumulate_keys(s.ds.data(), s.q_rows, rows, keys, D, dk);
         if (heads)
@@ -268,8 +280,10 @@ void query_tile(const Problem& pr, int64_t b, int64_t h, int64_t qb, int64_t i0,
     const int64_t kb = pr.plan.kv_indices[at];
     for (int64_t j0 = pr.plan.k_first(kb); j0 < pr.plan.k_last(kb); j0 += kTileKeys) {
       const int64_t keys = std::min(kTileKeys, pr.plan.k_last(kb) - j0);
+      const TileKeep keep = pr.tile_keep(pr.plan.kv_full[at] != 0, h, i0, rows, j0, keys, s);
+      if (keep == TileKeep::None) continue;
       pr.stage_key_side(b, kvh, j0, keys, true, s);
-      pr.probabilities(pr.allowed_pairs(pr.plan.kv_full[at] != 0, h, i0, rows, j0, keys, s), rows, keys, s);
+      pr.probabilities(keep, rows, keys, s);
       pr.ops(s).accumulate_rows(s.ds.data(), s.k.data(), rows, keys, D, dq);
     }
   }

@@ -71,13 +71,13 @@ def test_the_cache_serves_spattn_only(models):
 
 @pytest.fixture(scope="module")
 def cuda_models():
-    ours, reference, ids = make_models(128)  # head dim 32, which the CUDA decode kernel takes
+    ours, reference, ids = make_models(256)  # head dim 64
     return ours.to("cuda", torch.float16), reference.to("cuda", torch.float16), ids.cuda()
 
 
 @pytest.mark.gpu
 def test_paged_generation_on_cuda(cuda_models):
-    """The CUDA decode kernels under generation (head dim 32, fp16): causal equals sdpa; streaming and
+    """The CUDA decode kernels under generation (head dim 64, fp16): causal equals sdpa; streaming and
     Quest pages generate, streaming equal to spattn's own non-paged run."""
     ours, reference, ids = cuda_models
     cache = SpattnPagedCache(ours.config, max_length=64, page_size=16)

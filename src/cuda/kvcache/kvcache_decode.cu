@@ -304,6 +304,8 @@ void launch_decode(const KvCacheParams& p, cudaStream_t stream) {
 
 int64_t kvcache_tile_keys(int64_t head_dim) { return 8192 / head_dim; }
 
+int64_t kvcache_max_rows_per_cta(int64_t head_dim) { return kThreads / (head_dim / 8); }
+
 namespace {
 // Decode CTAs one SM holds at head dim D (the same for both input types).
 template <int D>

@@ -141,6 +141,7 @@ def measure_shape(B, L, args, flex):
         cases.append((f"sdpa {name} dense (contiguous)", sdpa, L + 1))
     if flex:
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+        torch._dynamo.config.recompile_limit = 64  # one compilation per shape and mask, not a fallback to eager
         compiled = torch.compile(flex_attention, dynamic=False)
         position = L  # the query's position: the last key's
 
@@ -156,7 +157,12 @@ def measure_shape(B, L, args, flex):
             cases.append((f"flex {name} (contiguous)",
                           lambda block=block: compiled(q_bhld, k_flat, v_flat, block_mask=block, enable_gqa=True),
                           keys))
-        cases.append(("flex dense (contiguous)", lambda: compiled(q_bhld, k_flat, v_flat, enable_gqa=True), L + 1))
+        # Dense through an explicit all-keys block mask, made outside the graph (without one, flex
+        # builds it on the host inside the call, which a CUDA graph cannot capture).
+        every = create_block_mask(lambda b, h, q_idx, kv_idx: kv_idx <= position, None, None, 1, L + 1,
+                                  device="cuda")
+        cases.append(("flex dense (contiguous)",
+                      lambda: compiled(q_bhld, k_flat, v_flat, block_mask=every, enable_gqa=True), L + 1))
 
     row_bytes = 2 * Hkv * D * 2
     rows, outputs = [], {}

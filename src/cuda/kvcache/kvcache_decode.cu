@@ -44,7 +44,7 @@ struct DecodeShape {
   static constexpr int kTileKeys = 8192 / D;          // keys of a 16 KB tile
   static constexpr int kTileElems = kTileKeys * D;
   // Two stages of keys and values, then each stage's key positions, pages, page rows and partial flags.
-  static constexpr int kSmemBytes = 4 * kTileElems * 2 + 2 * kTileKeys * (8 + 8 + 4 + 4);
+  static constexpr int kSmemBytes = 4 * kTileElems * 2 + 2 * kTileKeys * (8 + 8 + 8 + 4);
 };
 
 // Writes row (b, h, i) of the result: `o` (the lane's 8 dims) and the LSE (lane 0).
@@ -73,8 +73,8 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const KvCacheParams p)
   // whether its block is kept only in part.
   int64_t* const key_pos = reinterpret_cast<int64_t*>(v_tiles + 2 * S::kTileElems);
   int64_t* const key_page = key_pos + 2 * S::kTileKeys;
-  int32_t* const key_row = reinterpret_cast<int32_t*>(key_page + 2 * S::kTileKeys);
-  int32_t* const key_partial = key_row + 2 * S::kTileKeys;
+  int64_t* const key_row = key_page + 2 * S::kTileKeys;
+  int32_t* const key_partial = reinterpret_cast<int32_t*>(key_row + 2 * S::kTileKeys);
 
   const int64_t split = blockIdx.z, bg = blockIdx.x, b = bg / p.kv_heads, g = bg % p.kv_heads;
   const int64_t group = p.q_heads / p.kv_heads, rows = group * p.q_len;
@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const KvCacheParams p)
       }
       key_pos[stage * S::kTileKeys + key] = j;
       key_page[stage * S::kTileKeys + key] = page;
-      key_row[stage * S::kTileKeys + key] = static_cast<int32_t>(page_row);
+      key_row[stage * S::kTileKeys + key] = page_row;
       key_partial[stage * S::kTileKeys + key] = partial ? 1 : 0;
     }
   };

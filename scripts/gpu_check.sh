@@ -134,7 +134,7 @@ if want kvcache; then
     for tool in memcheck racecheck; do
       step "sanitizer $tool kvcache" "sanitizer_${tool}_kvcache.log" compute-sanitizer --tool "$tool" \
         --error-exitcode 1 python3 -m pytest tests/python/test_kvcache_gpu.py -q -p no:cacheprovider \
-        -k "(decode and page16 and group3 and (streaming or dilated)) or graph or head_dims"
+        -k "(decode and page16 and (streaming or dilated)) or graph or head_dims or chosen"
       grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed|failed" "$LOG/sanitizer_${tool}_kvcache.log" | tail -n 3
     done
     step "kvcache bench" kvcache_gpu.log python3 bench/kvcache_gpu.py --out "$LOG/kvcache_gpu.json"

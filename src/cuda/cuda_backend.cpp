@@ -42,9 +42,7 @@ void check_layout(const TensorView& t, const char* name, int64_t align_elems) {
   cuda_detail::check_kernel_layout(t, "CUDA backend", name, align_elems);
 }
 
-cuda_detail::TensorArg tensor_arg(const TensorView& t) {
-  return cuda_detail::TensorArg{t.data, t.stride[0], t.stride[1], t.stride[2]};
-}
+using cuda_detail::tensor_arg;
 
 // The kernel arguments of tensors already validated against each other.
 cuda_detail::FwdParams kernel_params(const TensorView& q, const TensorView& k, const TensorView& v,

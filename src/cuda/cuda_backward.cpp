@@ -39,8 +39,6 @@ void check_layout(const TensorView& t, const char* name, int64_t align_elems) {
   cuda_detail::check_kernel_layout(t, "CUDA backward", name, align_elems);
 }
 
-BwdTensor tensor_arg(const TensorView& t) { return BwdTensor{t.data, t.stride[0], t.stride[1], t.stride[2]}; }
-
 BwdRowTensor row_arg(const TensorView& t) {
   return BwdRowTensor{static_cast<const float*>(t.data), t.stride[0], t.stride[1], t.stride[2]};
 }

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/tensor_arg.hpp"
 #include "spattn/hd.hpp"
 #include "spattn/pattern_terms.hpp"
 
@@ -16,16 +17,6 @@ namespace spattn::cuda_detail {
 
 // Query rows and keys of the tile both gradient kernels walk; the plan's granularity.
 constexpr int64_t kBwdTileSide = 64;
-
-// A (B, H, L, D) tensor with unit stride along D; strides in elements.
-struct BwdTensor {
-  void* data = nullptr;
-  int64_t stride_b = 0, stride_h = 0, stride_l = 0;
-
-  SPATTN_HD int64_t row_offset(int64_t b, int64_t h, int64_t l) const {
-    return b * stride_b + h * stride_h + l * stride_l;
-  }
-};
 
 // A (B, H, L) fp32 tensor: the forward's LSE, the LSE gradient.
 struct BwdRowTensor {
@@ -61,11 +52,11 @@ struct BwdRowStats {
 
 struct BwdParams {
   BwdShape shape;
-  BwdTensor q, k, v, d_out;  // fp16 or bf16, one type
-  BwdTensor out;             // the forward's output, read by the delta kernel only
+  TensorArg q, k, v, d_out;  // fp16 or bf16, one type
+  TensorArg out;             // the forward's output, read by the delta kernel only
   bool out_f32 = false;      // out holds fp32 instead of the input type
   BwdRowTensor lse, d_lse;
-  BwdTensor dq, dk, dv;      // written: the input type, or fp32 when grads_f32
+  TensorArg dq, dk, dv;      // written: the input type, or fp32 when grads_f32
   bool grads_f32 = false;
   BwdRowStats stats;
   float scale = 1.0f;       // softmax scale (> 0)

@@ -80,7 +80,7 @@ __device__ __forceinline__ void load_tile_stats(uint32_t stats, const BwdRowStat
 // of g (rows at or past `len` are not written), as pairs of elements: 4-byte
 // stores of the input type or 8-byte stores of fp32.
 template <typename Tr>
-__device__ __forceinline__ void store_gradient_rows(const BwdTensor& g, bool f32, int64_t b, int64_t head,
+__device__ __forceinline__ void store_gradient_rows(const TensorArg& g, bool f32, int64_t b, int64_t head,
                                                     int64_t row0, int64_t len,
                                                     const float (&acc)[Tr::kDAtoms][4], float factor, int warp,
                                                     int lane) {

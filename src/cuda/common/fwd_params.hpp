@@ -5,19 +5,10 @@
 
 #include <cstdint>
 
+#include "cuda/common/tensor_arg.hpp"
 #include "cuda/plan/device_plan_view.hpp"
 
 namespace spattn::cuda_detail {
-
-// A (B, H, L, D) tensor with unit stride along D; strides in elements.
-struct TensorArg {
-  void* data = nullptr;
-  int64_t stride_b = 0, stride_h = 0, stride_l = 0;
-
-  SPATTN_HD int64_t row_offset(int64_t b, int64_t h, int64_t l) const {
-    return b * stride_b + h * stride_h + l * stride_l;
-  }
-};
 
 // The pairs a pass of a dilated split (dilated_split.hpp) leaves to the other
 // pass, masked out in registers:

@@ -26,6 +26,10 @@ void* scratch_alloc(size_t bytes, cudaStream_t stream);
 // nothing).
 void scratch_free(void* p, cudaStream_t stream);
 
+// `bytes` rounded up to 256, the alignment of each part of one allocation
+// carved into several.
+inline size_t scratch_aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
 // Stream-ordered scratch returned when the scope ends (also on a throw).
 // While an exception unwinds the scope the free is not checked (a second
 // throw would terminate the program; the pool keeps what it could not free).

@@ -8,7 +8,7 @@
 namespace spattn::cuda_detail {
 namespace {
 
-using kvcache::at;
+using kvcache::element;
 using kvcache::keys_after_append;
 using kvcache::physical_page;
 
@@ -29,12 +29,10 @@ __global__ void __launch_bounds__(kThreads) append_kernel(const KvCacheParams p)
     return;
   }
   const int64_t row = p.page_table ? j % p.page_rows : j;
-  const T* k_new = static_cast<const T*>(p.k_new);
-  const T* v_new = static_cast<const T*>(p.v_new);
-  *reinterpret_cast<uint4*>(static_cast<T*>(p.k_cache) + at(p.k_cache_stride, page, h, row, d)) =
-      *reinterpret_cast<const uint4*>(k_new + at(p.k_new_stride, b, h, r, d));
-  *reinterpret_cast<uint4*>(static_cast<T*>(p.v_cache) + at(p.v_cache_stride, page, h, row, d)) =
-      *reinterpret_cast<const uint4*>(v_new + at(p.v_new_stride, b, h, r, d));
+  *reinterpret_cast<uint4*>(element<T>(p.k_cache, page, h, row, d)) =
+      *reinterpret_cast<const uint4*>(element<const T>(p.k_new, b, h, r, d));
+  *reinterpret_cast<uint4*>(element<T>(p.v_cache, page, h, row, d)) =
+      *reinterpret_cast<const uint4*>(element<const T>(p.v_new, b, h, r, d));
 }
 
 // One thread per (kv head, dim) of a sequence, walking its new rows in order:
@@ -45,7 +43,6 @@ __global__ void __launch_bounds__(kThreads) summarise_kernel(const KvCacheParams
   const int64_t b = blockIdx.y, idx = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (idx >= p.kv_heads * p.head_dim || keys_after_append(p, b) < 0) return;
   const int64_t h = idx / p.head_dim, d = idx % p.head_dim;
-  const T* k_new = static_cast<const T*>(p.k_new);
   int64_t page = -1;
   float low = 0.0f, high = 0.0f;
   for (int64_t r = 0; r < p.new_rows; ++r) {
@@ -53,21 +50,21 @@ __global__ void __launch_bounds__(kThreads) summarise_kernel(const KvCacheParams
     if (now < 0) return;  // reported by the append
     if (now != page) {
       if (page >= 0) {
-        p.page_min[at(p.min_stride, page, h, 0, d)] = low;
-        p.page_max[at(p.max_stride, page, h, 0, d)] = high;
+        *element<float>(p.page_min, page, h, 0, d) = low;
+        *element<float>(p.page_max, page, h, 0, d) = high;
       }
       page = now;
       const bool fresh = j % p.page_rows == 0;
-      low = fresh ? INFINITY : p.page_min[at(p.min_stride, page, h, 0, d)];
-      high = fresh ? -INFINITY : p.page_max[at(p.max_stride, page, h, 0, d)];
+      low = fresh ? INFINITY : *element<float>(p.page_min, page, h, 0, d);
+      high = fresh ? -INFINITY : *element<float>(p.page_max, page, h, 0, d);
     }
-    const float x = kvcache::to_float(k_new[at(p.k_new_stride, b, h, r, d)]);
+    const float x = kvcache::to_float(*element<const T>(p.k_new, b, h, r, d));
     low = fminf(low, x);
     high = fmaxf(high, x);
   }
   if (page >= 0) {
-    p.page_min[at(p.min_stride, page, h, 0, d)] = low;
-    p.page_max[at(p.max_stride, page, h, 0, d)] = high;
+    *element<float>(p.page_min, page, h, 0, d) = low;
+    *element<float>(p.page_max, page, h, 0, d) = high;
   }
 }
 
@@ -80,7 +77,7 @@ void launch_kvcache_append(const KvCacheParams& p, cudaStream_t stream) {
   append_kernel<T><<<dim3(static_cast<unsigned>((cells + kThreads - 1) / kThreads), static_cast<unsigned>(p.batch)),
                      kThreads, 0, stream>>>(p);
   check_launch("KV-cache append kernel");
-  if (p.page_min == nullptr) return;
+  if (p.page_min.data == nullptr) return;
   const int64_t lanes = p.kv_heads * p.head_dim;
   summarise_kernel<T><<<dim3(static_cast<unsigned>((lanes + kThreads - 1) / kThreads),
                              static_cast<unsigned>(p.batch)),

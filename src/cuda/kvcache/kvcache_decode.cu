@@ -31,7 +31,7 @@
 namespace spattn::cuda_detail {
 namespace {
 
-using kvcache::at;
+using kvcache::element;
 
 constexpr int kThreads = 128;
 constexpr float kLn2 = 0.6931471805599453f;
@@ -52,15 +52,15 @@ template <typename T>
 __device__ void store_row(const KvCacheParams& p, int64_t b, int64_t h, int64_t i, int64_t d, const float (&o)[8],
                           float lse, bool lane0) {
   if (p.out_f32) {
-    float* out = static_cast<float*>(p.out) + at(p.out_stride, b, h, i, d);
+    float* out = element<float>(p.out, b, h, i, d);
 #pragma unroll
     for (int n = 0; n < 8; ++n) out[n] = o[n];
   } else {
-    T* out = static_cast<T*>(p.out) + at(p.out_stride, b, h, i, d);
+    T* out = element<T>(p.out, b, h, i, d);
 #pragma unroll
     for (int n = 0; n < 8; ++n) out[n] = kvcache::from_float<T>(o[n]);
   }
-  if (lane0 && p.lse) p.lse[b * p.lse_stride[0] + h * p.lse_stride[1] + i * p.lse_stride[2]] = lse;
+  if (lane0 && p.lse.data) *element<float>(p.lse, b, h, i, 0) = lse;
 }
 
 template <typename T, int D>
@@ -100,7 +100,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const KvCacheParams p)
   float q[8] = {};
   if (active) {
     kvcache::to_floats<T>(
-        *reinterpret_cast<const uint4*>(static_cast<const T*>(p.q) + at(p.q_stride, b, h, i, d0)), q);
+        *reinterpret_cast<const uint4*>(element<const T>(p.q, b, h, i, d0)), q);
 #pragma unroll
     for (int n = 0; n < 8; ++n) q[n] *= p.scale_log2;
   }
@@ -137,9 +137,9 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const KvCacheParams p)
       const int64_t page = key_page[at_key], page_row = key_row[at_key];
       const int64_t elem = key * D + part * 8;
       cp_async_16(smem_address(k_tiles + stage * S::kTileElems + elem),
-                  static_cast<const T*>(p.k_cache) + at(p.k_cache_stride, page, g, page_row, part * 8), valid);
+                  element<const T>(p.k_cache, page, g, page_row, part * 8), valid);
       cp_async_16(smem_address(v_tiles + stage * S::kTileElems + elem),
-                  static_cast<const T*>(p.v_cache) + at(p.v_cache_stride, page, g, page_row, part * 8), valid);
+                  element<const T>(p.v_cache, page, g, page_row, part * 8), valid);
     }
   };
 
@@ -281,13 +281,12 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const KvCacheParams p
         acc += expf(p.part_lse[s * stride + index] - top) * p.part_o[(s * stride + index) * p.head_dim + d];
     const float value = nan ? NAN : (top == -INFINITY ? 0.0f : acc / sum);
     if (p.out_f32)
-      static_cast<float*>(p.out)[at(p.out_stride, b, h, i, d)] = value;
+      *element<float>(p.out, b, h, i, d) = value;
     else
-      static_cast<T*>(p.out)[at(p.out_stride, b, h, i, d)] = kvcache::from_float<T>(value);
+      *element<T>(p.out, b, h, i, d) = kvcache::from_float<T>(value);
   }
-  if (threadIdx.x == 0 && p.lse)
-    p.lse[b * p.lse_stride[0] + h * p.lse_stride[1] + i * p.lse_stride[2]] =
-        nan ? NAN : (top == -INFINITY ? -INFINITY : top + logf(sum));
+  if (threadIdx.x == 0 && p.lse.data)
+    *element<float>(p.lse, b, h, i, 0) = nan ? NAN : (top == -INFINITY ? -INFINITY : top + logf(sum));
 }
 
 template <typename T, int D>

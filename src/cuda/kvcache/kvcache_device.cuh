@@ -1,6 +1,7 @@
 // cuda/kvcache/kvcache_device.cuh - device helpers the KV-cache kernels
 // share: a sequence's lengths read on the device, the physical page of a
-// logical one, the status report, and 16-byte rows of fp16/bf16 as floats.
+// logical one, the status report, 16-byte rows of fp16/bf16 as floats, and
+// an element of a kernel argument.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -71,9 +72,10 @@ __device__ inline T from_float(float x) {
   }
 }
 
-// Element offset of (a, b, c, d) with the strides of axes 0..2 (unit stride along D).
-__device__ inline int64_t at(const int64_t (&stride)[3], int64_t a, int64_t b, int64_t c, int64_t d) {
-  return a * stride[0] + b * stride[1] + c * stride[2] + d;
+// Element (a, b, c, d) of `t` as a T.
+template <typename T>
+__device__ inline T* element(const TensorArg& t, int64_t a, int64_t b, int64_t c, int64_t d) {
+  return static_cast<T*>(t.data) + t.row_offset(a, b, c) + d;
 }
 
 }  // namespace spattn::cuda_detail::kvcache

@@ -18,6 +18,7 @@
 #include "cuda/common/tensor_layout.hpp"
 #include "cuda/kvcache/kvcache_kernels.hpp"
 #include "cuda/plan/device_mask_copy.hpp"
+#include "pattern/terms/term_math.hpp"
 #include "spattn/cuda.hpp"
 #include "spattn/error.hpp"
 #include "spattn/memory.hpp"
@@ -31,15 +32,9 @@ constexpr int64_t kMaxGridY = 65535;
 // Scratch above which a call checks the device's free memory first (cudaMemGetInfo costs time).
 constexpr int64_t kCheckedScratchBytes = int64_t{256} << 20;
 
-void copy_strides(const TensorView& t, int64_t (&to)[3]) {
-  for (int axis = 0; axis < 3; ++axis) to[axis] = t.stride[axis];
-}
-
 void require_device(const void* p, const char* name) {
   require(p == nullptr || cuda_is_device_pointer(p), kWho, ": ", name, " must be in device memory, like q");
 }
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Splits of each (sequence, kv head, row tile) along its kept blocks: the
 // count whose waves of CTAs finish soonest, time ~ waves / splits (a split's
@@ -51,7 +46,7 @@ int64_t choose_splits(const KvCacheParams& p) {
   const int64_t wave = kvcache_resident_ctas(p.head_dim);
   const int64_t by_keys = std::max<int64_t>(1, p.capacity / (2 * kvcache_tile_keys(p.head_dim)));
   const int64_t most = std::clamp<int64_t>(std::min(by_keys, p.max_blocks), 1, kMaxSplits);
-  const auto time = [&](int64_t splits) { return static_cast<double>(ceil_div(units * splits, wave)) / splits; };
+  const auto time = [&](int64_t splits) { return static_cast<double>(pattern_math::ceil_div(units * splits, wave)) / splits; };
   double best = time(1);
   for (int64_t splits = 2; splits <= most; ++splits) best = std::min(best, time(splits));
   for (int64_t splits = 1;; ++splits)
@@ -94,8 +89,6 @@ void launch_all(const KvCacheParams& p, cudaStream_t stream) {
   if (p.splits > 1) launch_kvcache_combine<T>(p, stream);
 }
 
-size_t aligned(int64_t bytes) { return static_cast<size_t>((bytes + 255) / 256 * 256); }
-
 }  // namespace
 
 void cuda_attention_with_kvcache(const TensorView& q, const KvCacheView& cache, const TensorView* k_new,
@@ -126,19 +119,12 @@ void cuda_attention_with_kvcache(const TensorView& q, const KvCacheView& cache, 
   require(q.batch() <= kMaxGridY, kWho, ": batch must be at most ", kMaxGridY, ", got ", q.batch());
 
   KvCacheParams p;
-  p.q = q.data;
-  copy_strides(q, p.q_stride);
-  p.out = out.data;
-  copy_strides(out, p.out_stride);
+  p.q = tensor_arg(q);
+  p.out = tensor_arg(out);
   p.out_f32 = out.dtype == DType::F32;
-  if (lse) {
-    p.lse = static_cast<float*>(lse->data);
-    copy_strides(*lse, p.lse_stride);
-  }
-  p.k_cache = cache.k_cache.data;
-  p.v_cache = cache.v_cache.data;
-  copy_strides(cache.k_cache, p.k_cache_stride);
-  copy_strides(cache.v_cache, p.v_cache_stride);
+  if (lse) p.lse = tensor_arg(*lse);
+  p.k_cache = tensor_arg(cache.k_cache);
+  p.v_cache = tensor_arg(cache.v_cache);
   p.num_pages = cache.k_cache.batch();
   p.page_table = cache.page_table;
   p.max_pages = cache.max_pages;
@@ -146,17 +132,13 @@ void cuda_attention_with_kvcache(const TensorView& q, const KvCacheView& cache, 
   p.capacity = cache.page_table ? cache.max_pages * p.page_rows : p.page_rows;
   p.cache_seqlens = cache.cache_seqlens;
   if (k_new) {
-    p.k_new = k_new->data;
-    p.v_new = v_new->data;
-    copy_strides(*k_new, p.k_new_stride);
-    copy_strides(*v_new, p.v_new_stride);
+    p.k_new = tensor_arg(*k_new);
+    p.v_new = tensor_arg(*v_new);
     p.new_rows = k_new->seq_len();
   }
   if (cache.page_min.data) {
-    p.page_min = static_cast<float*>(cache.page_min.data);
-    p.page_max = static_cast<float*>(cache.page_max.data);
-    copy_strides(cache.page_min, p.min_stride);
-    copy_strides(cache.page_max, p.max_stride);
+    p.page_min = tensor_arg(cache.page_min);
+    p.page_max = tensor_arg(cache.page_max);
   }
   p.batch = q.batch();
   p.q_heads = q.heads();
@@ -173,22 +155,22 @@ void cuda_attention_with_kvcache(const TensorView& q, const KvCacheView& cache, 
   p.chosen = cache.pages;
   p.pages_per_head = cache.pages_per_head;
   p.block_keys = cache.page_table ? p.page_rows : kContiguousBlockKeys;
-  p.max_blocks = std::max<int64_t>(1, ceil_div(p.capacity, p.block_keys));
+  p.max_blocks = std::max<int64_t>(1, pattern_math::ceil_div(p.capacity, p.block_keys));
 
   const int64_t rows = (p.kv_heads > 0 ? p.q_heads / p.kv_heads : 0) * p.q_len;
   p.rows_per_cta = std::clamp<int64_t>(rows, 1, kvcache_max_rows_per_cta(D));
-  p.row_tiles = std::max<int64_t>(1, ceil_div(rows, p.rows_per_cta));
+  p.row_tiles = std::max<int64_t>(1, pattern_math::ceil_div(rows, p.rows_per_cta));
   require(p.row_tiles <= kMaxGridY, kWho, ": ", rows, " query rows per kv head (query heads per kv head times Lq) "
           "are more than one call takes (", kMaxGridY * p.rows_per_cta, "); split the chunk");
   p.splits = choose_splits(p);
 
   const int64_t pairs = p.batch * p.kv_heads;
-  const size_t status_bytes = aligned(sizeof(KvCacheStatus));
-  const size_t blocks_bytes = aligned(bytes_for(bytes_for(pairs, p.max_blocks), 4));
-  const size_t full_bytes = aligned(bytes_for(pairs, p.max_blocks)), count_bytes = aligned(bytes_for(pairs, 4));
+  const size_t status_bytes = scratch_aligned(sizeof(KvCacheStatus));
+  const size_t blocks_bytes = scratch_aligned(bytes_for(bytes_for(pairs, p.max_blocks), 4));
+  const size_t full_bytes = scratch_aligned(bytes_for(pairs, p.max_blocks)), count_bytes = scratch_aligned(bytes_for(pairs, 4));
   const int64_t partial_rows = p.splits > 1 ? bytes_for(bytes_for(p.splits, pairs), rows) : 0;
-  const size_t part_o_bytes = aligned(bytes_for(bytes_for(partial_rows, D), 4));
-  const size_t part_lse_bytes = aligned(bytes_for(partial_rows, 4));
+  const size_t part_o_bytes = scratch_aligned(bytes_for(bytes_for(partial_rows, D), 4));
+  const size_t part_lse_bytes = scratch_aligned(bytes_for(partial_rows, 4));
   const MemoryEstimate estimate = MemoryEstimate(kWho)
                                       .add("the kept-block lists", static_cast<int64_t>(blocks_bytes + full_bytes))
                                       .add("the splits' partial results", static_cast<int64_t>(part_o_bytes));

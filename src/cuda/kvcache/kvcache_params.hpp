@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/tensor_arg.hpp"
 #include "spattn/pattern_expr.hpp"
 
 namespace spattn::cuda_detail {
@@ -36,36 +37,22 @@ enum KvCacheError : int32_t {
 };
 
 struct KvCacheParams {
-  // q (B, Hq, Lq, D), out (B, Hq, Lq, D) in q's type or fp32, lse (B, Hq, Lq) fp32 or null.
-  const void* q = nullptr;
-  int64_t q_stride[3] = {0, 0, 0};
-  void* out = nullptr;
-  int64_t out_stride[3] = {0, 0, 0};
+  // q (B, Hq, Lq, D), out (B, Hq, Lq, D) in q's type or fp32, lse (B, Hq, Lq, 1) fp32 (data null: none).
+  TensorArg q, out, lse;
   bool out_f32 = false;
-  float* lse = nullptr;
-  int64_t lse_stride[3] = {0, 0, 0};
   // Caches (pages or batch, Hkv, rows, D).
-  void* k_cache = nullptr;
-  void* v_cache = nullptr;
-  int64_t k_cache_stride[3] = {0, 0, 0};
-  int64_t v_cache_stride[3] = {0, 0, 0};
+  TensorArg k_cache, v_cache;
   int64_t num_pages = 0;                // pages (batch, contiguous) the caches hold
   const int32_t* page_table = nullptr;  // null: contiguous
   int64_t max_pages = 0;
   int64_t page_rows = 0;  // rows per page (the contiguous cache's length)
   int64_t capacity = 0;   // keys a sequence's cache holds
   const int32_t* cache_seqlens = nullptr;
-  // New keys and values (B, Hkv, L_new, D), or null.
-  const void* k_new = nullptr;
-  const void* v_new = nullptr;
-  int64_t k_new_stride[3] = {0, 0, 0};
-  int64_t v_new_stride[3] = {0, 0, 0};
+  // New keys and values (B, Hkv, L_new, D) (data null: none).
+  TensorArg k_new, v_new;
   int64_t new_rows = 0;
-  // Page summaries (num_pages, Hkv, 1, D) fp32, or null.
-  float* page_min = nullptr;
-  float* page_max = nullptr;
-  int64_t min_stride[3] = {0, 0, 0};
-  int64_t max_stride[3] = {0, 0, 0};
+  // Page summaries (num_pages, Hkv, 1, D) fp32 (data null: none).
+  TensorArg page_min, page_max;
 
   int64_t batch = 0, q_heads = 0, kv_heads = 0, q_len = 0, head_dim = 0;
   float scale_log2 = 0.0f;  // scale * log2(e)

@@ -54,8 +54,6 @@ __global__ void __launch_bounds__(kThreadsPerCta)
   }
 }
 
-size_t align_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
-
 // `count` elements of T in owned device memory.
 template <typename T>
 DevicePtr device_array(int64_t count, const char* what) {
@@ -99,8 +97,8 @@ std::unique_ptr<DeviceMaskArrays> build_mask_on_device(const Pattern& pattern, c
   check_cuda(cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, static_cast<const int64_t*>(nullptr),
                                            static_cast<int64_t*>(nullptr), static_cast<int>(slots), stream),
              "cub::DeviceScan::InclusiveSum (size query)");
-  const size_t counts_bytes = align_up(static_cast<size_t>(slots) * sizeof(int64_t));
-  const size_t offsets_bytes = align_up(static_cast<size_t>(slots + 1) * sizeof(int64_t));
+  const size_t counts_bytes = scratch_aligned(static_cast<size_t>(slots) * sizeof(int64_t));
+  const size_t offsets_bytes = scratch_aligned(static_cast<size_t>(slots + 1) * sizeof(int64_t));
   ScopedScratch scratch(counts_bytes + offsets_bytes + scan_bytes, stream);
   char* const scratch_bytes = static_cast<char*>(scratch.get());
   auto* lane_counts = reinterpret_cast<int64_t*>(scratch_bytes);

@@ -48,7 +48,7 @@ Backend check_call_on_plan(const Plan& plan, const CallShape& shape, Backend req
 int tensor_device(const void* data);
 
 // The backend of a call only the host backends run yet (attention_varlen_backward,
-// attention_with_kvcache): `requested` resolved as resolve_backend does, fp64
+// the host branch of attention_with_kvcache): `requested` resolved as resolve_backend does, fp64
 // host inputs on Auto taking the exact reference; any other backend is an error
 // saying it has no `what` yet.
 Backend host_only_backend(Backend requested, const TensorView& q, const char* what);

@@ -119,16 +119,26 @@ struct Problem {
   int64_t group() const { return q.heads() / k.heads(); }
   int64_t offset() const { return k.seq_len() - q.seq_len(); }
 
-  // Query rows [i0, i0 + rows) of (b, h): q, d_out, lse, delta.
-  void stage_query_side(int64_t b, int64_t h, int64_t i0, int64_t rows, TileScratch& s) const {
-    stage_rows(q, b, h, i0, rows, s.q.data());
-    stage_rows(d_out, b, h, i0, rows, s.d_out.data());
+  // Query rows [i0, i0 + rows) of (b, h) into q_to, d_out_to (rows x D)
+  // and lse_to, delta_to (rows).
+  void stage_query_rows(int64_t b, int64_t h, int64_t i0, int64_t rows, float* q_to, float* d_out_to, float* lse_to,
+                        float* delta_to) const {
+    stage_rows(q, b, h, i0, rows, q_to);
+    stage_rows(d_out, b, h, i0, rows, d_out_to);
     for (int64_t r = 0; r < rows; ++r) {
-      s.lse[r] = static_cast<float>(lse.load(b, h, i0 + r, 0));
-      s.delta[r] = delta[(b * q.heads() + h) * q.seq_len() + i0 + r];
+      lse_to[r] = static_cast<float>(lse.load(b, h, i0 + r, 0));
+      delta_to[r] = delta[(b * q.heads() + h) * q.seq_len() + i0 + r];
     }
-    s.query_finite = all_finite(s.q.data(), rows * q.head_dim()) && all_finite(s.d_out.data(), rows * q.head_dim()) &&
-                     all_finite(s.delta.data(), rows);
+  }
+  // Are the staged q, d_out (rows x D) and delta (rows) finite?
+  bool query_rows_finite(const float* q_rows, const float* d_out_rows, const float* delta_rows, int64_t rows) const {
+    return all_finite(q_rows, rows * q.head_dim()) && all_finite(d_out_rows, rows * q.head_dim()) &&
+           all_finite(delta_rows, rows);
+  }
+  // Query rows [i0, i0 + rows) of (b, h) into the tile scratch.
+  void stage_query_side(int64_t b, int64_t h, int64_t i0, int64_t rows, TileScratch& s) const {
+    stage_query_rows(b, h, i0, rows, s.q.data(), s.d_out.data(), s.lse.data(), s.delta.data());
+    s.query_finite = query_rows_finite(s.q.data(), s.d_out.data(), s.delta.data(), rows);
     s.q_rows = s.q.data();
     s.d_out_rows = s.d_out.data();
     s.lse_rows = s.lse.data();
@@ -164,8 +174,8 @@ struct Problem {
   }
   void probabilities(TileKeep keep, int64_t rows, int64_t keys, TileScratch& s) const {
     const uint64_t* allowed = keep == TileKeep::Some ? s.allowed.data() : nullptr;
-    ops(s).probabilities(s.q_rows, s.d_out_rows, s.k_t.data(), s.v_t.data(), s.lse_rows, s.delta_rows, allowed, rows, keys, q.head_dim(), scale, s.p.data(),
-                                     s.ds.data());
+    ops(s).probabilities(s.q_rows, s.d_out_rows, s.k_t.data(), s.v_t.data(), s.lse_rows, s.delta_rows, allowed,
+                         rows, keys, q.head_dim(), scale, s.p.data(), s.ds.data());
   }
 };
 
@@ -206,15 +216,11 @@ struct KvHeadRows {
   void stage(const Problem& pr, int64_t b, int64_t kvh) {
     const int64_t Lq = pr.q.seq_len(), D = pr.q.head_dim();
     for (int64_t local = 0; local < pr.group(); ++local) {
-      const int64_t h = kvh * pr.group() + local, first = local * Lq;
-      stage_rows(pr.q, b, h, 0, Lq, q.data() + first * D);
-      stage_rows(pr.d_out, b, h, 0, Lq, d_out.data() + first * D);
-      for (int64_t i = 0; i < Lq; ++i) {
-        lse[first + i] = static_cast<float>(pr.lse.load(b, h, i, 0));
-        delta[first + i] = pr.delta[(b * pr.q.heads() + h) * Lq + i];
-        finite[first + i] = all_finite(q.data() + (first + i) * D, D) &&
-                            all_finite(d_out.data() + (first + i) * D, D) && std::isfinite(delta[first + i]);
-      }
+      const int64_t first = local * Lq;
+      pr.stage_query_rows(b, kvh * pr.group() + local, 0, Lq, q.data() + first * D, d_out.data() + first * D,
+                          lse.data() + first, delta.data() + first);
+      for (int64_t i = first; i < first + Lq; ++i)
+        finite[i] = pr.query_rows_finite(q.data() + i * D, d_out.data() + i * D, delta.data() + i, 1);
     }
     std::fill(dq.begin(), dq.end(), 0.0f);
   }

@@ -12,50 +12,16 @@ import torch
 import spattn
 from spattn import patterns
 
+import kvcache_cases
 import spec
+from kvcache_cases import expected
 from spec import randn
 
 HQ, HKV, D = 4, 2, 16
 
 
 def make_cache(rng, cached, new_len, page_size, dtype, paged=True):
-    """(k_cache, v_cache, page_table, keys, values, k_new, v_new): each sequence's full keys in order."""
-    B = len(cached)
-    max_pages = max(c + new_len for c in cached) // page_size + 2
-    keys = [randn(rng, c + new_len, HKV, D).to(dtype) for c in cached]
-    values = [randn(rng, c + new_len, HKV, D).to(dtype) for c in cached]
-    k_new = torch.stack([k[c:] for k, c in zip(keys, cached)]) if new_len else None
-    v_new = torch.stack([v[c:] for v, c in zip(values, cached)]) if new_len else None
-    if paged:
-        pages = B * max_pages
-        table = torch.randperm(pages, generator=rng).to(torch.int32).reshape(B, max_pages)
-        k_cache = torch.full((pages, page_size, HKV, D), float("nan"), dtype=dtype)
-        v_cache = torch.full((pages, page_size, HKV, D), float("nan"), dtype=dtype)
-        for b, c in enumerate(cached):
-            for j in range(c):
-                k_cache[table[b, j // page_size], j % page_size] = keys[b][j]
-                v_cache[table[b, j // page_size], j % page_size] = values[b][j]
-    else:
-        table = None
-        k_cache = torch.full((B, max_pages * page_size, HKV, D), float("nan"), dtype=dtype)
-        v_cache = torch.full((B, max_pages * page_size, HKV, D), float("nan"), dtype=dtype)
-        for b, c in enumerate(cached):
-            k_cache[b, :c], v_cache[b, :c] = keys[b][:c], values[b][:c]
-    return k_cache, v_cache, table, keys, values, k_new, v_new
-
-
-def expected(q, keys, values, allowed_of):
-    """float64 out (B, Lq, Hq, D) and lse (B, Hq, Lq), each sequence alone."""
-    outs, lses = [], []
-    group = HQ // HKV
-    for b in range(q.shape[0]):
-        qb = q[b:b + 1].transpose(1, 2).double()
-        kb = keys[b].transpose(0, 1).unsqueeze(0).double().repeat_interleave(group, 1)
-        vb = values[b].transpose(0, 1).unsqueeze(0).double().repeat_interleave(group, 1)
-        out, lse = spec.reference_attention(qb, kb, vb, allowed_of(q.shape[1], kb.shape[2]))
-        outs.append(out.transpose(1, 2))
-        lses.append(lse)
-    return torch.cat(outs), torch.cat(lses)
+    return kvcache_cases.make_cache(rng, cached, new_len, page_size, dtype, HKV, D, paged=paged)
 
 
 CASES = {

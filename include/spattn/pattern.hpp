@@ -63,6 +63,16 @@ class Pattern {
   // be) are dropped. Varlen batches share one pattern between sequences of
   // different lengths; this is each sequence's own view of it.
   Pattern within_length(int64_t k_len) const;
+  // The pattern as seen by a call whose query rows are rows [first_row,
+  // first_row + Lq) and whose keys are keys [first_key, first_key + Lk) of a
+  // q_len x k_len problem (bottom-right aligned there): one rank's queries
+  // against one peer's keys when a sequence is split over ranks (context
+  // parallelism). Every backend then evaluates the pattern at the larger
+  // problem's rows, positions and keys. A framed pattern cannot be framed
+  // again or combined with a pattern of another frame.
+  Pattern framed(int64_t first_row, int64_t first_key, int64_t q_len, int64_t k_len) const;
+  // The frame (PositionFrame::on == 0 where there is none; shared by every head).
+  PositionFrame frame() const;
 
   // ---- queries ----
   // Number of expressions: 1 (shared by all heads) or H (one per head).
@@ -72,7 +82,8 @@ class Pattern {
   // True when some term reads the head index (dilated rates, per-head custom tables).
   bool head_dependent() const;
   // Lengths the pattern's tables were made for (0 = any): BigBird's key length,
-  // custom masks' grid.
+  // custom masks' grid. A framed pattern checks that the call's rows and keys
+  // lie inside the larger problem, and the tables against its lengths.
   void check_lengths(int64_t q_len, int64_t k_len) const;
   // True when, for equal query and key lengths, the pattern on a sequence of
   // length L is the top-left L x L corner of the pattern on any longer one:

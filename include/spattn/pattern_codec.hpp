@@ -6,6 +6,8 @@
 //
 //   code[0]  kPatternCodeVersion
 //   code[1]  E, the number of expressions (1: shared by all heads; else one per head)
+//   code[2..6]  the frame (Pattern::framed): framed (0 or 1), first_row,
+//            first_key, q_len, k_len (all 0 when not framed)
 //   then E expressions, each   op (0 = or, 1 = and), T (1 .. kMaxTerms),
 //                              then T terms of kTermWords words each:
 //     kind, causal, a, b, c, table_rows, table_width, table_heads, num_tokens,
@@ -29,7 +31,7 @@
 
 namespace spattn {
 
-constexpr int64_t kPatternCodeVersion = 1;
+constexpr int64_t kPatternCodeVersion = 2;
 constexpr int64_t kTermWords = 12;
 
 struct EncodedPattern {

@@ -4,7 +4,9 @@
 // plain struct (kind, causal flag, three integer parameters, pointers to
 // read-only tables), so the same code runs on the host and on the GPU. What
 // each kind means, and everything derived from it, is in the kind's own file
-// (pattern/terms/<kind>.hpp); spattn/pattern_terms.hpp is the predicate.
+// (pattern/terms/<kind>.hpp); spattn/pattern_terms.hpp is the predicate. An
+// expression may carry a frame: the call it serves is one rectangle of a
+// larger problem (context parallelism), and the predicate is asked there.
 #pragma once
 
 #include <cstdint>
@@ -44,10 +46,24 @@ struct PatternTerm {
 
 enum class ExprOp : int32_t { Or = 0, And = 1 };
 
+// Where a call's rows and keys sit in a larger q_len x k_len problem. Off (the
+// default): query row i of the call is at position p = i + (Lk - Lq) and key j
+// is key j. On: row i is row `row + i` of the larger problem, at its position
+// `position + i` (position = row + k_len - q_len, bottom-right aligned there),
+// and key j is key `key + j`. The predicate functions (pattern_terms.hpp,
+// block_classify.hpp and the kernels' word forms) translate a call's
+// coordinates through it once, on entry.
+struct PositionFrame {
+  int32_t on = 0;
+  int64_t row = 0, position = 0, key = 0;
+  int64_t q_len = 0, k_len = 0;  // the larger problem's lengths (host checks only)
+};
+
 struct PatternExpr {
   ExprOp op = ExprOp::Or;
   int32_t num_terms = 0;
   PatternTerm terms[kMaxTerms];
+  PositionFrame frame;
 };
 
 }  // namespace spattn

@@ -123,6 +123,11 @@ PatternTensors pattern_with_causal(const at::Tensor& code, const at::Tensor& i32
   return encoded([&] { return decode(code, i32, i64).with_causal(); });
 }
 
+PatternTensors pattern_framed(const at::Tensor& code, const at::Tensor& i32, const at::Tensor& i64,
+                              int64_t first_row, int64_t first_key, int64_t q_len, int64_t k_len) {
+  return encoded([&] { return decode(code, i32, i64).framed(first_row, first_key, q_len, k_len); });
+}
+
 // The description as UTF-8 bytes (uint8 tensor), decoded by the Python side.
 at::Tensor pattern_describe(const at::Tensor& code, const at::Tensor& i32, const at::Tensor& i64) {
   return run_with_value_errors([&] {
@@ -243,6 +248,8 @@ TORCH_LIBRARY_FRAGMENT(spattn, m) {
   def("pattern_per_head(Tensor[] codes, Tensor[] tables_i32, Tensor[] tables_i64)" + encoded,
       &pattern_per_head);
   def("pattern_with_causal(" + pattern_args + ")" + encoded, &pattern_with_causal);
+  def("pattern_framed(" + pattern_args + ", int first_row, int first_key, int q_len, int k_len)" + encoded,
+      &pattern_framed);
   def("pattern_describe(" + pattern_args + ") -> Tensor", &pattern_describe);
   def("pattern_head_dependent(" + pattern_args + ") -> bool", &pattern_head_dependent);
   def("block_mask_build(" + pattern_args + ", int q_len, int k_len, int block_q, int block_k, int num_heads) -> Tensor",

@@ -52,6 +52,13 @@ class Pattern:
     def with_causal(self) -> "Pattern":
         return Pattern.from_op(ops.pattern_with_causal(*self.tensors()))
 
+    def framed(self, first_row: int, first_key: int, q_len: int, k_len: int) -> "Pattern":
+        """The pattern as seen by a call whose query rows are rows [first_row, first_row + Lq) and
+        whose keys are keys [first_key, first_key + Lk) of a q_len x k_len problem (bottom-right
+        aligned there): one rank's queries against one peer's keys in context parallelism."""
+        return Pattern.from_op(ops.pattern_framed(*self.tensors(), int(first_row), int(first_key),
+                                                  int(q_len), int(k_len)))
+
     @staticmethod
     def per_head(heads: Sequence["Pattern"]) -> "Pattern":
         encoded = [p.tensors() for p in heads]

@@ -20,9 +20,17 @@ SPATTN_HD BlockClass term_classify_block(const PatternTerm& t, int64_t h, const 
   SPATTN_SWITCH_TERM_KIND(t.kind, Kind, return BlockClass::Unknown;, return Kind::classify_block(t, h, r, causal);)
 }
 
+// The call's rectangle in the pattern's own coordinates (PositionFrame).
+SPATTN_HD BlockRect framed_rect(const PositionFrame& f, const BlockRect& r) {
+  return BlockRect{framed_row(f, r.i0), framed_row(f, r.i1), framed_position(f, r.i0, r.p0),
+                   framed_position(f, r.i1, r.p1), framed_key(f, r.j0), framed_key(f, r.j1)};
+}
+
 // Classification of an OR/AND expression from its terms' classifications;
-// Unknown where they cannot decide it together.
-SPATTN_HD BlockClass expr_classify_block(const PatternExpr& e, int64_t h, const BlockRect& r) {
+// Unknown where they cannot decide it together. `call` is the rectangle in
+// the call's coordinates.
+SPATTN_HD BlockClass expr_classify_block(const PatternExpr& e, int64_t h, const BlockRect& call) {
+  const BlockRect r = framed_rect(e.frame, call);
   int32_t empty = 0, full = 0, partial = 0;
   for (int32_t n = 0; n < e.num_terms; ++n) {
     const BlockClass c = term_classify_block(e.terms[n], h, r);
@@ -41,7 +49,7 @@ SPATTN_HD BlockClass expr_classify_block(const PatternExpr& e, int64_t h, const 
   return partial == 1 ? BlockClass::Partial : BlockClass::Unknown;
 }
 
-// Does row (i, p) allow some key of [j0, j1], and does it block some? Decided
+// Does the call's row (i, p) allow some key of [j0, j1], and does it block some? Decided
 // from the terms' closed-form counts where bounds suffice (a union allows at
 // least the largest count and at most the sum; an intersection at least
 // sum - (n-1) * width and at most the smallest), else by the exact count.
@@ -50,6 +58,11 @@ SPATTN_HD void expr_row_status(const PatternExpr& e, int64_t h, int64_t i, int64
   using pattern_math::max64;
   using pattern_math::min64;
   const int64_t width = j1 - j0 + 1;
+  const PositionFrame& f = e.frame;
+  p = framed_position(f, i, p);
+  i = framed_row(f, i);
+  j0 = framed_key(f, j0);
+  j1 = framed_key(f, j1);
   int64_t low = 0, high = 0;
   if (e.num_terms > 1) {
     int64_t smallest = width, largest = 0, sum = 0;
@@ -63,7 +76,7 @@ SPATTN_HD void expr_row_status(const PatternExpr& e, int64_t h, int64_t i, int64
     high = e.op == ExprOp::Or ? min64(sum, width) : smallest;
   }
   if (e.num_terms == 1 || (low == 0 && high > 0) || (low < width && high == width)) {
-    low = high = expr_count_row(e, h, i, p, j0, j1);
+    low = high = expr_count_row_at(e, h, i, p, j0, j1);
   }
   some_allowed |= low > 0;
   some_blocked |= high < width;

@@ -49,18 +49,21 @@ int64_t interval_cover(const std::vector<KeyInterval>& v) {
 
 }  // namespace
 
-void expr_key_intervals(const PatternExpr& e, int64_t h, int64_t i0, int64_t i1, int64_t p0,
-                        int64_t p1, int64_t k_len, std::vector<KeyInterval>& out) {
+namespace {
+
+// The intervals of the pattern's own rows and keys [0, key_end), as above.
+void expr_key_intervals_at(const PatternExpr& e, int64_t h, int64_t i0, int64_t i1, int64_t p0, int64_t p1,
+                           int64_t key_end, std::vector<KeyInterval>& out) {
   out.clear();
   if (e.op == ExprOp::Or) {
-    for (int32_t n = 0; n < e.num_terms; ++n) term_key_intervals(e.terms[n], h, i0, i1, p0, p1, k_len, out);
+    for (int32_t n = 0; n < e.num_terms; ++n) term_key_intervals(e.terms[n], h, i0, i1, p0, p1, key_end, out);
     return;
   }
   std::vector<KeyInterval> best, trial;
   int64_t best_cover = std::numeric_limits<int64_t>::max();
   for (int32_t n = 0; n < e.num_terms; ++n) {
     trial.clear();
-    term_key_intervals(e.terms[n], h, i0, i1, p0, p1, k_len, trial);
+    term_key_intervals(e.terms[n], h, i0, i1, p0, p1, key_end, trial);
     const int64_t cover = interval_cover(trial);
     if (cover < best_cover) {
       best_cover = cover;
@@ -68,6 +71,20 @@ void expr_key_intervals(const PatternExpr& e, int64_t h, int64_t i0, int64_t i1,
     }
   }
   out.swap(best);
+}
+
+}  // namespace
+
+void expr_key_intervals(const PatternExpr& e, int64_t h, int64_t i0, int64_t i1, int64_t p0,
+                        int64_t p1, int64_t k_len, std::vector<KeyInterval>& out) {
+  const PositionFrame& f = e.frame;
+  expr_key_intervals_at(e, h, framed_row(f, i0), framed_row(f, i1), framed_position(f, i0, p0),
+                        framed_position(f, i1, p1), framed_key(f, k_len), out);
+  if (f.key == 0) return;
+  for (KeyInterval& iv : out) {  // back to the call's keys [0, k_len)
+    iv.lo = std::max<int64_t>(iv.lo - f.key, 0);
+    iv.hi -= f.key;
+  }
 }
 
 namespace {

@@ -43,15 +43,17 @@ std::string Pattern::describe() const {
   std::ostringstream os;
   if (exprs_.size() == 1) {
     describe_expr(os, exprs_[0]);
-    return os.str();
+  } else {
+    os << "per-head[";
+    for (size_t h = 0; h < exprs_.size(); ++h) {
+      if (h) os << "; ";
+      os << h << ": ";
+      describe_expr(os, exprs_[h]);
+    }
+    os << "]";
   }
-  os << "per-head[";
-  for (size_t h = 0; h < exprs_.size(); ++h) {
-    if (h) os << "; ";
-    os << h << ": ";
-    describe_expr(os, exprs_[h]);
-  }
-  os << "]";
+  if (const PositionFrame f = frame(); f.on)
+    os << " framed at row " << f.row << ", key " << f.key << " of " << f.q_len << "x" << f.k_len;
   return os.str();
 }
 

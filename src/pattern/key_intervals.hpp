@@ -22,7 +22,8 @@ void term_key_intervals(const PatternTerm& t, int64_t h, int64_t i0, int64_t i1,
 
 // Replaces `out` with intervals covering every key the expression may allow
 // for those rows: the union of its terms' for OR; for AND, the smallest of its
-// terms' (any superset will do).
+// terms' (any superset will do). Rows, positions and keys are the call's,
+// translated through the expression's frame.
 void expr_key_intervals(const PatternExpr& e, int64_t h, int64_t i0, int64_t i1, int64_t p0, int64_t p1,
                         int64_t k_len, std::vector<KeyInterval>& out);
 

@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <sstream>
+#include <string>
 
 #include "pattern/pattern_tables.hpp"
 #include "spattn/error.hpp"
@@ -234,8 +236,26 @@ Pattern Pattern::custom_bsr(std::vector<int64_t> offsets, std::vector<int32_t> i
   return single(t, tables);
 }
 
+namespace {
+
+bool same_frame(const PositionFrame& a, const PositionFrame& b) {
+  return a.on == b.on && a.row == b.row && a.position == b.position && a.key == b.key && a.q_len == b.q_len &&
+         a.k_len == b.k_len;
+}
+
+std::string frame_text(const PositionFrame& f) {
+  if (!f.on) return "no frame";
+  std::ostringstream os;
+  os << "the frame at row " << f.row << ", key " << f.key << " of " << f.q_len << " x " << f.k_len;
+  return os.str();
+}
+
+}  // namespace
+
 Pattern Pattern::combine(const Pattern& a, const Pattern& b, ExprOp op) {
   const int64_t na = a.num_exprs(), nb = b.num_exprs();
+  require(same_frame(a.frame(), b.frame()), "cannot combine a pattern with ", frame_text(a.frame()),
+          " and one with ", frame_text(b.frame()));
   require(na == nb || na == 1 || nb == 1, "cannot combine per-head patterns with ", na, " and ", nb,
           " heads");
   Pattern result;
@@ -252,6 +272,7 @@ Pattern Pattern::combine(const Pattern& a, const Pattern& b, ExprOp op) {
     PatternExpr e;
     e.op = op;
     e.num_terms = ea.num_terms + eb.num_terms;
+    e.frame = ea.frame;
     std::copy(ea.terms, ea.terms + ea.num_terms, e.terms);
     std::copy(eb.terms, eb.terms + eb.num_terms, e.terms + ea.num_terms);
     result.exprs_.push_back(e);
@@ -273,6 +294,8 @@ Pattern Pattern::per_head(const std::vector<Pattern>& heads) {
   for (size_t h = 0; h < heads.size(); ++h) {
     require(heads[h].num_exprs() == 1, "per_head: heads[", h, "] is itself per-head (",
             heads[h].num_exprs(), " heads)");
+    require(same_frame(heads[h].frame(), heads[0].frame()), "per_head: heads[", h, "] has ",
+            frame_text(heads[h].frame()), " but heads[0] has ", frame_text(heads[0].frame()));
     result.exprs_.push_back(heads[h].exprs_[0]);
     result.tables_.insert(result.tables_.end(), heads[h].tables_.begin(), heads[h].tables_.end());
   }
@@ -297,6 +320,20 @@ Pattern Pattern::within_length(int64_t k_len) const {
   return result;
 }
 
+Pattern Pattern::framed(int64_t first_row, int64_t first_key, int64_t q_len, int64_t k_len) const {
+  require(!frame().on, "the pattern is already framed (", frame_text(frame()), ")");
+  require(q_len >= 0, "q_len must be >= 0, got ", q_len);
+  require(k_len >= 0, "k_len must be >= 0, got ", k_len);
+  require(first_row >= 0 && first_row <= q_len, "first_row must be in [0, q_len=", q_len, "], got ", first_row);
+  require(first_key >= 0 && first_key <= k_len, "first_key must be in [0, k_len=", k_len, "], got ", first_key);
+  check_lengths(q_len, k_len);
+  Pattern result = *this;
+  for (PatternExpr& e : result.exprs_) e.frame = PositionFrame{1, first_row, first_row + (k_len - q_len), first_key, q_len, k_len};
+  return result;
+}
+
+PositionFrame Pattern::frame() const { return exprs_.empty() ? PositionFrame{} : exprs_.front().frame; }
+
 const PatternExpr& Pattern::expr_for_head(int64_t h, int64_t num_heads) const {
   if (exprs_.size() == 1) return exprs_[0];
   require(num_heads > 0 && num_heads % num_exprs() == 0, "num_heads (", num_heads,
@@ -317,6 +354,7 @@ bool Pattern::head_dependent() const {
 }
 
 bool Pattern::is_prefix_stable() const {
+  if (frame().on) return false;  // its rows and keys are those of one larger problem
   for (const PatternExpr& e : exprs_)
     for (int32_t n = 0; n < e.num_terms; ++n)
       if (e.terms[n].kind == TermKind::BigBird || e.terms[n].kind == TermKind::Custom) return false;
@@ -324,6 +362,14 @@ bool Pattern::is_prefix_stable() const {
 }
 
 void Pattern::check_lengths(int64_t q_len, int64_t k_len) const {
+  if (const PositionFrame f = frame(); f.on) {
+    require(f.row + q_len <= f.q_len, "the pattern is framed at row ", f.row, " of ", f.q_len,
+            " query rows, so Lq must be <= ", f.q_len - f.row, ", got ", q_len);
+    require(f.key + k_len <= f.k_len, "the pattern is framed at key ", f.key, " of ", f.k_len,
+            " keys, so Lk must be <= ", f.k_len - f.key, ", got ", k_len);
+    q_len = f.q_len;  // the tables below belong to the larger problem
+    k_len = f.k_len;
+  }
   for (const PatternExpr& e : exprs_)
     for (int32_t n = 0; n < e.num_terms; ++n) {
       const PatternTerm& t = e.terms[n];

@@ -34,7 +34,7 @@ enum TermWord : int64_t {
 };
 static_assert(kTokensAt + 1 == kTermWords, "kTermWords must match the term layout");
 
-constexpr int64_t kHeaderWords = 2;
+constexpr int64_t kHeaderWords = 7;  // version, E, the frame (5)
 constexpr int64_t kExprWords = 2;
 
 // Appends each distinct array once and remembers where it went.
@@ -103,7 +103,8 @@ EncodedPattern encode_pattern(const Pattern& pattern) {
   EncodedPattern e;
   TableWriter<int32_t> i32(e.table_i32);
   TableWriter<int64_t> i64(e.table_i64);
-  e.code = {kPatternCodeVersion, pattern.num_exprs()};
+  const PositionFrame f = pattern.frame();
+  e.code = {kPatternCodeVersion, pattern.num_exprs(), f.on, f.row, f.key, f.q_len, f.k_len};
   for (const PatternExpr& expr : pattern.exprs()) {
     e.code.push_back(static_cast<int64_t>(expr.op));
     e.code.push_back(expr.num_terms);
@@ -237,7 +238,14 @@ Pattern decode_pattern(const int64_t* code, int64_t code_size, const int32_t* ta
     exprs.push_back(std::move(expr));
   }
   require(at == code_size, "pattern code has ", code_size - at, " words after its last expression");
-  return num_exprs == 1 ? exprs.front() : Pattern::per_head(exprs);
+  Pattern pattern = num_exprs == 1 ? exprs.front() : Pattern::per_head(exprs);
+  require(code[2] == 0 || code[2] == 1, "pattern code: the frame's flag must be 0 or 1, got ", code[2]);
+  if (code[2] == 0) {
+    require(code[3] == 0 && code[4] == 0 && code[5] == 0 && code[6] == 0,
+            "pattern code: an unframed pattern's frame words must be 0");
+    return pattern;
+  }
+  return pattern.framed(code[3], code[4], code[5], code[6]);
 }
 
 }  // namespace spattn

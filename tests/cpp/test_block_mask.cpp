@@ -162,6 +162,58 @@ TEST(BlockMaskBuild, CompositesRandomDraws) {
   }
 }
 
+// A framed pattern on a random rectangle of a random problem plans exactly
+// the pairs the whole pattern allows there: the spec asked at the larger
+// problem's rows, positions and keys.
+TEST(BlockMaskBuild, FramedPatternsPlanTheirRectangle) {
+  std::mt19937_64 rng(5151);
+  int checked = 0;
+  for (int n = 0; n < 400; ++n) {
+    const MaskShape whole = random_shape(rng);
+    if (whole.q_len == 0 || whole.k_len == 0) continue;
+    const Case c = random_case(rng, whole.q_len, whole.k_len, whole.num_heads);
+    const int64_t row = draw(rng, 0, whole.q_len - 1), key = draw(rng, 0, whole.k_len - 1);
+    MaskShape s = whole;
+    s.q_len = draw(rng, 1, whole.q_len - row);
+    s.k_len = draw(rng, 1, whole.k_len - key);
+    const int64_t shift = whole.k_len - whole.q_len;
+    const Case framed{c.name + " framed at row " + std::to_string(row) + ", key " + std::to_string(key) + " of " +
+                          std::to_string(whole.q_len) + "x" + std::to_string(whole.k_len),
+                      c.pattern.framed(row, key, whole.q_len, whole.k_len),
+                      [spec = c.spec, row, key, shift](int64_t h, int64_t i, int64_t, int64_t j) {
+                        return spec(h, row + i, row + i + shift, key + j);
+                      }};
+    expect_plan_matches(framed, s);
+    if (HasFatalFailure()) return;
+    ++checked;
+  }
+  EXPECT_GT(checked, 300);
+}
+
+// Expects `call` to throw an Error whose message contains `needle`.
+template <typename Call>
+void expect_error(Call&& call, const std::string& needle) {
+  try {
+    call();
+    ADD_FAILURE() << "no error; expected one mentioning '" << needle << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(BlockMaskBuild, FramedPatternsCheckTheirRectangle) {
+  const Pattern framed = Pattern::sliding_window(8).framed(100, 60, 300, 200);
+  EXPECT_NO_THROW(BlockMask::build(framed, MaskShape{200, 140, 16, 16, 1}));
+  expect_error([&] { BlockMask::build(framed, MaskShape{201, 140, 16, 16, 1}); }, "Lq must be <= 200");
+  expect_error([&] { BlockMask::build(framed, MaskShape{200, 141, 16, 16, 1}); }, "Lk must be <= 140");
+  expect_error([&] { framed.framed(0, 0, 300, 200); }, "already framed");
+  expect_error([&] { Pattern::unite(framed, Pattern::causal()); }, "cannot combine a pattern with the frame");
+  expect_error([&] { Pattern::causal().framed(301, 0, 300, 200); }, "first_row must be in [0, q_len=300]");
+  expect_error([&] { Pattern::bigbird(256, 16).framed(0, 0, 256, 300); }, "bigbird pattern was built for");
+  EXPECT_FALSE(framed.is_prefix_stable());
+  EXPECT_NE(framed.describe().find("framed at row 100, key 60 of 300x200"), std::string::npos) << framed.describe();
+}
+
 TEST(BlockMaskBuild, OddShapesEveryKind) {
   const std::pair<int64_t, int64_t> lengths[] = {{1, 1},     {1, 7},     {7, 1},
                                                  {127, 300}, {300, 127}, {300, 300}};

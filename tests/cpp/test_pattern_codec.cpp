@@ -57,7 +57,7 @@ TEST(PatternCodec, RandomPatternsRoundTrip) {
 
 TEST(PatternCodec, LayoutOfASlidingWindow) {
   const EncodedPattern e = encode_pattern(Pattern::sliding_window(5, 2, true));
-  const std::vector<int64_t> want = {kPatternCodeVersion, 1, 0, 1,
+  const std::vector<int64_t> want = {kPatternCodeVersion, 1, 0, 0, 0, 0, 0, 0, 1,
                                      static_cast<int64_t>(TermKind::SlidingWindow), 1, 5, 2, 0,
                                      0, 0, 0, 0, -1, -1, -1};
   EXPECT_EQ(e.code, want);
@@ -92,7 +92,8 @@ void expect_rejected(const EncodedPattern& e, const std::string& needle) {
   }
 }
 
-constexpr int64_t kFirstTerm = 4;  // header (2) + expression (2)
+constexpr int64_t kExprAt = 7;                 // after the header (version, E, the frame)
+constexpr int64_t kFirstTerm = kExprAt + 2;  // after the expression's op and term count
 
 TEST(PatternCodec, RejectsMalformedCode) {
   const EncodedPattern good = encode_pattern(Pattern::sliding_window(4, 1));
@@ -114,11 +115,11 @@ TEST(PatternCodec, RejectsMalformedCode) {
   expect_rejected(e, "expression count");
 
   e = good;
-  e.code[2] = 2;
+  e.code[kExprAt] = 2;
   expect_rejected(e, "op must be 0 (or) or 1 (and)");
 
   e = good;
-  e.code[3] = kMaxTerms + 1;
+  e.code[kExprAt + 1] = kMaxTerms + 1;
   expect_rejected(e, "term count");
 
   e = good;

@@ -505,6 +505,28 @@ TEST(PatternKinds, EveryDerivedFormAgreesWithThePredicate) {
   }
 }
 
+// Framed patterns (one rectangle of a larger problem): every derived form,
+// which translates the call's coordinates through the frame, agrees with the
+// framed predicate (which BlockMaskBuild.FramedPatternsPlanTheirRectangle
+// checks against the whole pattern).
+TEST(PatternKinds, FramedPatternsAgreeInEveryForm) {
+  std::mt19937_64 rng(47);
+  Tally tally;
+  for (const TermKind kind : kKinds)
+    for (int n = 0; n < 60; ++n) {
+      const Shape whole = draw_shape(rng, n % 2 ? Lengths::Odd : Lengths::Short);
+      const Pattern pattern = draw_term(rng, kind, whole, draw(rng, 0, whole.k_len - 1));
+      const int64_t row = draw(rng, 0, whole.q_len - 1), key = draw(rng, 0, whole.k_len - 1);
+      const Shape s{draw(rng, 1, whole.q_len - row), draw(rng, 1, whole.k_len - key), whole.heads};
+      SCOPED_TRACE(kind_name(kind) + " framed draw " + std::to_string(n));
+      check_every_form(pattern.framed(row, key, whole.q_len, whole.k_len), s, draw(rng, 0, s.k_len - 1), rng,
+                       tally);
+      if (HasFatalFailure()) return;
+    }
+  for (const TermKind kind : kKinds)
+    EXPECT_GT(tally.checks[static_cast<int>(kind)][kBlockClass], 0) << kind_name(kind) << " never drawn";
+}
+
 // Unions and intersections of two or three terms of random kinds (sharing
 // the shape and, for per-head kinds, the heads), causal or not.
 TEST(PatternKinds, CompositesAgreeWithTheirPredicate) {

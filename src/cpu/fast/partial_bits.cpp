@@ -35,12 +35,16 @@ uint64_t lanes_allowing_every_key(const PatternTerm& t, const TileLanes& lanes) 
 void tile_allowed_bits(const void* context, int64_t first, int64_t count, uint64_t* bits) {
   const TileMaskContext& ctx = *static_cast<const TileMaskContext*>(context);
   const PatternExpr& e = *ctx.expr;
-  const TileLanes lanes{ctx.row0 + ctx.shift, ctx.rows, ctx.shift};
+  // Lanes and keys in the pattern's own coordinates (the expression's frame).
+  const PositionFrame& f = e.frame;
+  const int64_t first_position = framed_position(f, ctx.row0, ctx.row0 + ctx.shift);
+  const TileLanes lanes{first_position, ctx.rows, first_position - framed_row(f, ctx.row0)};
   uint64_t every_key[kMaxTerms] = {};
   for (int32_t n = 0; n < e.num_terms; ++n)
     SPATTN_SWITCH_TERM_KIND(e.terms[n].kind, Kind, , every_key[n] = lanes_allowing_every_key<Kind>(e.terms[n], lanes);)
   const bool all_of = e.op == ExprOp::And;
-  for (int64_t j = first; j < first + count; ++j) {
+  for (int64_t call_j = first; call_j < first + count; ++call_j) {
+    const int64_t j = framed_key(f, call_j);
     uint64_t allowed = all_of ? lanes.all() : 0;
     for (int32_t n = 0; n < e.num_terms; ++n) {
       const PatternTerm& t = e.terms[n];
@@ -49,7 +53,7 @@ void tile_allowed_bits(const void* context, int64_t first, int64_t count, uint64
       if (t.causal) term &= lanes.at_least(j);
       allowed = all_of ? allowed & term : allowed | term;
     }
-    bits[j - first] = allowed;
+    bits[call_j - first] = allowed;
   }
 }
 

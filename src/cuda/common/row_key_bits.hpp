@@ -93,11 +93,16 @@ SPATTN_HD bool term_row_word(const PatternTerm& t, int64_t h, int64_t i, int64_t
 }
 
 // The expression's allowed keys among the 64 keys from k0 for query row i at
-// position p (OR or AND of its terms); false if some term has no span form. Term `skip_term` of an OR is
+// position p (the call's coordinates, translated through the expression's
+// frame) (OR or AND of its terms); false if some term has no span form. Term `skip_term` of an OR is
 // left out (a dilated split's rest pass: its term's pairs in the row are all
 // excluded anyway).
 SPATTN_HD bool expr_row_word(const PatternExpr& e, int64_t h, int64_t i, int64_t p, int64_t k0, uint64_t& word,
                              int32_t skip_term = -1) {
+  const PositionFrame& f = e.frame;
+  p = framed_position(f, i, p);
+  i = framed_row(f, i);
+  k0 = framed_key(f, k0);
   const bool all = e.op == ExprOp::And;
   uint64_t acc = all ? ~uint64_t{0} : 0;
   for (int32_t n = 0; n < e.num_terms; ++n) {

@@ -131,7 +131,8 @@ BlockMask rest_mask(const BlockMask& mask, const BlockMask* other, int64_t p_lo,
 
 std::shared_ptr<const DilatedSplit> make_dilated_split(const BlockMask& mask, TileShape tile) {
   const Pattern* pattern = mask.pattern();
-  if (pattern == nullptr || pattern->num_exprs() != 1) return nullptr;
+  // A framed pattern's segments lie in the larger problem's positions: no split.
+  if (pattern == nullptr || pattern->num_exprs() != 1 || pattern->frame().on) return nullptr;
   const PatternExpr& e = pattern->exprs()[0];
   if (e.op != ExprOp::Or && e.num_terms > 1) return nullptr;
 

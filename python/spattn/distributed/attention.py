@@ -1,0 +1,155 @@
+"""spattn.distributed.attention: one sequence's attention over the ranks of a group.
+
+Each rank passes its shard of q, k and v (``shard`` of the global tensors,
+(B, H, L_rank, D)) and the global mask. The rank sends the key and value rows
+its peers' queries need (and only those: ContextParallelPlan), receives the
+rows its own queries need, attends to its own and the received rows (one
+spattn.attention call per query chunk and key stretch, the pattern framed at
+their places in the sequence), and merges the partial results by their LSE in
+float32. The result is this rank's shard of the output (and LSE): exactly the
+rows one spattn.attention call over the whole sequence would give there.
+
+Gradients flow back along the same routes: dQ stays with its rank; the
+gradients of received K and V rows go back to their owners, which add them in
+rank order (deterministic).
+"""
+from __future__ import annotations
+
+from typing import Dict, Optional, Tuple
+
+import torch
+
+from spattn.attention import attention as _attention
+from spattn.block_mask import BlockMask
+from spattn.distributed.layout import ShardLayout
+from spattn.distributed.plan import ContextParallelPlan, RankPlan
+from spattn.distributed.transport import Transport, transport_for
+
+
+class _Exchange(torch.autograd.Function):
+    """K and V rows to the peers that need them, and back for the gradients.
+
+    Returns k and v themselves (so that a rank's backward always runs the
+    exchange its peers wait for) followed by the (2, B, Hkv, rows, D) K/V
+    buffer received from each peer, in peer order."""
+
+    @staticmethod
+    def forward(ctx, transport: Transport, rank_plan: RankPlan, k: torch.Tensor, v: torch.Tensor):
+        B, Hkv, _, D = k.shape
+        sends = {s: torch.stack((k.index_select(2, rows.to(k.device)), v.index_select(2, rows.to(k.device))))
+                 for s, rows in rank_plan.send_rows.items() if rows.numel()}
+        recvs = {s: k.new_empty((2, B, Hkv, n, D)) for s, n in rank_plan.recv_rows.items()}
+        transport.exchange(sends, recvs)
+        ctx.transport, ctx.rank_plan = transport, rank_plan
+        ctx.kv_shape = k.shape
+        ctx.peers = sorted(recvs)
+        return (k.view_as(k), v.view_as(v)) + tuple(recvs[s] for s in ctx.peers)
+
+    @staticmethod
+    def backward(ctx, dk_local, dv_local, *d_received):
+        plan: RankPlan = ctx.rank_plan
+        like = dk_local if dk_local is not None else dv_local
+        if like is None:
+            like = next(g for g in d_received if g is not None)
+        sends = {}
+        for s, g in zip(ctx.peers, d_received):
+            if plan.recv_rows[s]:
+                sends[s] = g.contiguous() if g is not None else like.new_zeros((2,) + tuple(ctx.kv_shape[:2]) +
+                                                                             (plan.recv_rows[s], ctx.kv_shape[3]))
+        B, Hkv, _, D = ctx.kv_shape
+        recvs = {s: like.new_empty((2, B, Hkv, rows.numel(), D)) for s, rows in plan.send_rows.items() if rows.numel()}
+        ctx.transport.exchange(sends, recvs)
+        dk = dk_local.clone() if dk_local is not None else like.new_zeros(ctx.kv_shape)
+        dv = dv_local.clone() if dv_local is not None else like.new_zeros(ctx.kv_shape)
+        for s in sorted(recvs):  # a fixed order: the sums are the same run after run
+            rows = plan.send_rows[s].to(dk.device)
+            dk.index_add_(2, rows, recvs[s][0])
+            dv.index_add_(2, rows, recvs[s][1])
+        return None, None, dk, dv
+
+
+def merge_partials(parts, like: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Partial (out, lse) pairs of the same query rows merged in float32 (float64 for float64
+    inputs): lse = log(sum(exp(lse_s))), out = sum(exp(lse_s - lse) * out_s). Rows no part
+    allows give 0 and -inf. Returns the merged out in that precision and the float32 LSE."""
+    B, H, L, D = like.shape
+    acc = torch.promote_types(like.dtype, torch.float32)
+    if not parts:
+        return like.new_zeros((B, H, L, D), dtype=acc), like.new_full((B, H, L), float("-inf"), dtype=torch.float32)
+    lse = torch.stack([p[1] for p in parts]).to(acc)
+    top = lse.amax(0)
+    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+    weights = torch.exp(lse - top)
+    total = weights.sum(0)
+    some = total > 0
+    safe_total = torch.where(some, total, torch.ones_like(total))
+    merged_lse = torch.where(some, top + torch.log(safe_total), torch.full_like(total, float("-inf")))
+    out = sum((w / safe_total).unsqueeze(-1) * o.to(acc) for w, (o, _) in zip(weights, parts))
+    return out, merged_lse.float()
+
+
+_PLANS: Dict[tuple, ContextParallelPlan] = {}
+
+
+def plan_for(mask: BlockMask, layout: ShardLayout, num_heads: int) -> ContextParallelPlan:
+    """The plan of `mask` over `layout`, built once and kept (a small cache keyed by the mask's
+    pattern, sizes and the layout)."""
+    key = (mask.pattern.code, mask.pattern.table_i32.numpy().tobytes(), mask.pattern.table_i64.numpy().tobytes(),
+           mask.q_len, mask.block_size, num_heads, layout)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _PLANS[key] = ContextParallelPlan(mask.pattern, layout, mask.block_size, num_heads)
+    return plan
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: BlockMask, *, group=None,
+              layout="zigzag", scale: Optional[float] = None, return_lse: bool = False,
+              backend: str = "auto"):
+    """This rank's shard of ``spattn.attention(q_all, k_all, v_all, mask)`` over the whole sequence.
+
+    q (B, Hq, L_rank, D), k and v (B, Hkv, L_rank, D): this rank's shard in the layout's
+    order (``spattn.distributed.shard``). `mask` is the global mask (Lq = Lk = the sequence
+    length); only its pattern and block sizes are read. `group`: a torch.distributed
+    process group (None: the default group) or a spattn transport (e.g. of an
+    InProcessGroup). `layout`: "zigzag" (default; balanced under causal masks),
+    "contiguous", or a ShardLayout (its block must be the mask's key block size).
+    Differentiable with respect to q, k and v.
+    """
+    if not isinstance(mask, BlockMask):
+        raise TypeError(f"mask must be a spattn.BlockMask built for the whole sequence, got {type(mask).__name__}")
+    if mask.q_len != mask.k_len:
+        raise ValueError(f"context parallelism splits one sequence: the mask must have Lq == Lk, got "
+                         f"Lq={mask.q_len}, Lk={mask.k_len}")
+    transport = transport_for(group)
+    if isinstance(layout, str):
+        layout = ShardLayout(layout, mask.q_len, transport.world_size, mask.block_size[1])
+    if not isinstance(layout, ShardLayout):
+        raise TypeError(f"layout must be 'zigzag', 'contiguous' or a ShardLayout, got {type(layout).__name__}")
+    if layout.world_size != transport.world_size or layout.seq_len != mask.q_len or layout.block != mask.block_size[1]:
+        raise ValueError(f"{layout} does not fit the mask (Lq={mask.q_len}, key block {mask.block_size[1]}) "
+                         f"and group ({transport.world_size} ranks)")
+    local = layout.local_len(transport.rank)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            raise ValueError(f"{name} must be a 4-D tensor (batch, heads, L_rank, head_dim)")
+        if t.shape[2] != local:
+            raise ValueError(f"{name} has {t.shape[2]} rows but rank {transport.rank}'s shard of {layout} holds {local}")
+    rank_plan = plan_for(mask, layout, q.shape[1]).rank(transport.rank)
+    k_own, v_own, *received = _Exchange.apply(transport, rank_plan, k, v)
+    buffers = dict(zip(sorted(rank_plan.recv_rows), received))
+    parts = [[] for _ in rank_plan.pieces]
+    for call in rank_plan.calls:
+        if call.peer is None:
+            k_part, v_part = k_own.narrow(2, call.k_offset, call.k_len), v_own.narrow(2, call.k_offset, call.k_len)
+        else:
+            kv = buffers[call.peer].narrow(3, call.k_offset, call.k_len)
+            k_part, v_part = kv[0], kv[1]
+        q_part = q.narrow(2, call.q_offset, call.q_len)
+        parts[call.piece].append(_attention(q_part, k_part, v_part, call.mask, scale=scale, return_lse=True,
+                                            backend=backend))
+    merged = [merge_partials(p, q.narrow(2, rank_plan.q_offsets[a], rank_plan.q_offsets[a + 1] -
+                                         rank_plan.q_offsets[a])) for a, p in enumerate(parts)]
+    out = torch.cat([m[0] for m in merged], dim=2).to(q.dtype)
+    if not return_lse:
+        return out
+    return out, torch.cat([m[1] for m in merged], dim=2)

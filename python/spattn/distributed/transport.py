@@ -1,0 +1,171 @@
+"""How context-parallel ranks move tensors: one small interface, two transports.
+
+A transport knows its rank and world size and does two things:
+
+- ``exchange(sends, recvs)``: point-to-point, all at once: ``sends[peer]`` goes
+  to ``peer`` and ``recvs[peer]`` (preallocated, contiguous) is filled from
+  ``peer``; every rank calls it with matching pairs, in the same order of calls.
+  ``bytes_sent`` counts what this rank has sent so far.
+- ``all_gather(x, lengths)``: every rank's tensor (first dimension
+  ``lengths[rank]``), in rank order.
+
+``TorchTransport`` runs them on a ``torch.distributed`` process group
+(``batch_isend_irecv``; gloo for CPU tensors, NCCL for CUDA tensors, as the
+group was created, e.g. under ``torchrun``). ``InProcessGroup`` runs the ranks
+as threads of one process, for tests without several processes.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Callable, Dict, List, Optional, Sequence
+
+import torch
+import torch.distributed as dist
+
+
+class Transport:
+    """The interface; see the module's notes."""
+
+    rank: int
+    world_size: int
+
+    def __init__(self) -> None:
+        self.bytes_sent = 0
+
+    def exchange(self, sends: Dict[int, torch.Tensor], recvs: Dict[int, torch.Tensor]) -> None:
+        raise NotImplementedError
+
+    def all_gather(self, x: torch.Tensor, lengths: Sequence[int]) -> List[torch.Tensor]:
+        raise NotImplementedError
+
+    def _count(self, sends: Dict[int, torch.Tensor]) -> None:
+        for peer, t in sends.items():
+            if peer == self.rank or not 0 <= peer < self.world_size:
+                raise ValueError(f"rank {self.rank} cannot send to peer {peer} (world size {self.world_size})")
+            self.bytes_sent += t.numel() * t.element_size()
+
+
+class TorchTransport(Transport):
+    """Point-to-point over a torch.distributed process group (None: the default group)."""
+
+    def __init__(self, group=None):
+        super().__init__()
+        if not dist.is_available() or not dist.is_initialized():
+            raise ValueError("spattn.distributed needs torch.distributed initialised (e.g. "
+                             "torch.distributed.init_process_group under torchrun), or an explicit transport")
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.world_size = dist.get_world_size(group)
+
+    def _global(self, peer: int) -> int:
+        return peer if self.group is None else dist.get_global_rank(self.group, peer)
+
+    def exchange(self, sends: Dict[int, torch.Tensor], recvs: Dict[int, torch.Tensor]) -> None:
+        self._count(sends)
+        ops = [dist.P2POp(dist.isend, t.contiguous(), self._global(peer), self.group)
+               for peer, t in sorted(sends.items()) if t.numel()]
+        ops += [dist.P2POp(dist.irecv, t, self._global(peer), self.group)
+                for peer, t in sorted(recvs.items()) if t.numel()]
+        if ops:
+            for request in dist.batch_isend_irecv(ops):
+                request.wait()
+
+    def all_gather(self, x: torch.Tensor, lengths: Sequence[int]) -> List[torch.Tensor]:
+        longest = max(lengths)
+        padded = x.new_zeros((longest,) + tuple(x.shape[1:]))
+        padded[:x.shape[0]] = x
+        parts = [torch.empty_like(padded) for _ in range(self.world_size)]
+        dist.all_gather(parts, padded, group=self.group)
+        return [part[:n] for part, n in zip(parts, lengths)]
+
+
+class InProcessGroup:
+    """`world_size` ranks as threads of this process, exchanging through shared memory.
+
+    ``run(fn)`` calls ``fn(transport)`` on one thread per rank and returns
+    their results in rank order (re-raising the first error). Each exchange
+    waits at most ``timeout`` seconds for its peers, then raises instead of
+    hanging. On CPU tensors autograd runs a rank's backward on the thread that
+    calls it, so a rank may call ``backward()`` inside ``fn``.
+    """
+
+    def __init__(self, world_size: int, timeout: float = 120.0):
+        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+            raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
+        self.world_size = world_size
+        self.timeout = timeout
+        self._mail: Dict[tuple, torch.Tensor] = {}
+        self._arrived = threading.Condition()
+
+    def transport(self, rank: int) -> "InProcessTransport":
+        return InProcessTransport(self, rank)
+
+    def run(self, fn: Callable[[Transport], object]) -> list:
+        results: list = [None] * self.world_size
+        errors: list = []
+
+        def body(rank: int) -> None:
+            try:
+                results[rank] = fn(self.transport(rank))
+            except BaseException as error:  # reported below, after every thread ends
+                errors.append(error)
+                with self._arrived:
+                    self._arrived.notify_all()
+
+        threads = [threading.Thread(target=body, args=(r,), daemon=True) for r in range(self.world_size)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        return results
+
+    def _post(self, key: tuple, t: torch.Tensor) -> None:
+        with self._arrived:
+            self._mail[key] = t
+            self._arrived.notify_all()
+
+    def _take(self, key: tuple) -> torch.Tensor:
+        with self._arrived:
+            if not self._arrived.wait_for(lambda: key in self._mail, timeout=self.timeout):
+                raise TimeoutError(f"rank {key[1]} waited {self.timeout} s for message {key[2]} from rank {key[0]}")
+            return self._mail.pop(key)
+
+
+class InProcessTransport(Transport):
+    """One rank of an InProcessGroup."""
+
+    def __init__(self, group: InProcessGroup, rank: int):
+        super().__init__()
+        self.group = group
+        self.rank = rank
+        self.world_size = group.world_size
+        self._calls = 0
+
+    def exchange(self, sends: Dict[int, torch.Tensor], recvs: Dict[int, torch.Tensor]) -> None:
+        self._count(sends)
+        call = self._calls
+        self._calls += 1
+        for peer, t in sends.items():
+            if t.numel():  # empty messages are not sent (nor, by TorchTransport, over the wire)
+                self.group._post((self.rank, peer, call), t.detach().clone())
+        for peer, t in sorted(recvs.items()):
+            if t.numel():
+                t.copy_(self.group._take((peer, self.rank, call)))
+
+    def all_gather(self, x: torch.Tensor, lengths: Sequence[int]) -> List[torch.Tensor]:
+        sends = {peer: x for peer in range(self.world_size) if peer != self.rank}
+        recvs = {peer: x.new_empty((lengths[peer],) + tuple(x.shape[1:]))
+                 for peer in range(self.world_size) if peer != self.rank}
+        sent = self.bytes_sent
+        self.exchange(sends, recvs)
+        self.bytes_sent = sent  # gathers are not attention traffic
+        return [x if r == self.rank else recvs[r] for r in range(self.world_size)]
+
+
+def transport_for(group) -> Transport:
+    """`group` as a transport: a Transport as it is, else a torch.distributed group (None: default)."""
+    if isinstance(group, Transport):
+        return group
+    return TorchTransport(group)

@@ -10,8 +10,9 @@ A transport knows its rank and world size and does two things:
   ``lengths[rank]``), in rank order.
 
 ``TorchTransport`` runs them on a ``torch.distributed`` process group
-(``batch_isend_irecv``; gloo for CPU tensors, NCCL for CUDA tensors, as the
-group was created, e.g. under ``torchrun``). ``InProcessGroup`` runs the ranks
+(``batch_isend_irecv``; NCCL for CUDA tensors, gloo for CPU tensors and for
+CUDA tensors staged through host memory, as the group was created, e.g. under
+``torchrun``). ``InProcessGroup`` runs the ranks
 as threads of one process, for tests without several processes.
 """
 from __future__ import annotations
@@ -60,23 +61,31 @@ class TorchTransport(Transport):
     def _global(self, peer: int) -> int:
         return peer if self.group is None else dist.get_global_rank(self.group, peer)
 
+    def _staged(self, t: torch.Tensor) -> bool:
+        """CUDA tensors cross a gloo group through host memory (gloo moves host buffers only)."""
+        return t.is_cuda and dist.get_backend(self.group) == "gloo"
+
     def exchange(self, sends: Dict[int, torch.Tensor], recvs: Dict[int, torch.Tensor]) -> None:
         self._count(sends)
-        ops = [dist.P2POp(dist.isend, t.contiguous(), self._global(peer), self.group)
+        wire_recvs = {peer: t.cpu() if self._staged(t) else t for peer, t in recvs.items() if t.numel()}
+        ops = [dist.P2POp(dist.isend, (t.cpu() if self._staged(t) else t).contiguous(), self._global(peer), self.group)
                for peer, t in sorted(sends.items()) if t.numel()]
-        ops += [dist.P2POp(dist.irecv, t, self._global(peer), self.group)
-                for peer, t in sorted(recvs.items()) if t.numel()]
+        ops += [dist.P2POp(dist.irecv, t, self._global(peer), self.group) for peer, t in sorted(wire_recvs.items())]
         if ops:
             for request in dist.batch_isend_irecv(ops):
                 request.wait()
+        for peer, t in wire_recvs.items():
+            if t is not recvs[peer]:
+                recvs[peer].copy_(t)
 
     def all_gather(self, x: torch.Tensor, lengths: Sequence[int]) -> List[torch.Tensor]:
         longest = max(lengths)
-        padded = x.new_zeros((longest,) + tuple(x.shape[1:]))
+        staged = self._staged(x)
+        padded = x.new_zeros((longest,) + tuple(x.shape[1:]), device="cpu" if staged else x.device)
         padded[:x.shape[0]] = x
         parts = [torch.empty_like(padded) for _ in range(self.world_size)]
         dist.all_gather(parts, padded, group=self.group)
-        return [part[:n] for part, n in zip(parts, lengths)]
+        return [part[:n].to(x.device) for part, n in zip(parts, lengths)]
 
 
 class InProcessGroup:

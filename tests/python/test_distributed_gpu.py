@@ -1,0 +1,65 @@
+"""spattn.distributed on one GPU: gloo processes sharing the device, CUDA tensors, the CUDA kernels.
+
+Each process is a rank; K and V rows cross through host memory (gloo). Each
+rank's bf16 output, LSE and gradients, gathered back, are compared with one
+spattn.attention call over the whole sequence on the same GPU, at bf16
+tolerances (the partial outputs are rounded to bf16 before the merge); the
+bytes each rank sends equal the independently counted minimum.
+"""
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from spattn import distributed as sd
+from cp_cases import inputs, make_mask, minimum_bytes, rank_step, reference
+from test_distributed import _free_port
+
+pytestmark = pytest.mark.gpu
+
+CASES = [("causal", "zigzag", 1024), ("window", "contiguous", 1000), ("streaming", "zigzag", 1024),
+         ("dilated", "contiguous", 1024), ("random", "zigzag", 1024), ("per-head", "contiguous", 768)]
+
+
+def _worker(rank, world, port, queue):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        for pattern, layout, L in CASES:
+            mask = make_mask(pattern, L, 4).to("cuda")
+            q, k, v, d_out = (t.to("cuda", torch.bfloat16) for t in inputs(L, 4, 2, dtype=torch.float32, seed=L, dim=64))
+            gathered, sent = rank_step(sd.TorchTransport(), q, k, v, d_out, mask, layout)
+            want = reference(q, k, v, d_out, mask)
+            for name, got, expected in zip(("out", "lse", "dq", "dk", "dv"), gathered, want):
+                finite = torch.isfinite(expected)
+                assert torch.equal(finite, torch.isfinite(got)), f"{pattern}: {name} has other infinities"
+                err = (got.float() - expected.float())[finite].abs().max().item()
+                scale = expected.float()[finite].abs().max().item()
+                assert err <= 3e-2 * max(scale, 1.0), f"{pattern} {layout}: {name} differs by {err} (scale {scale})"
+            layout_obj = sd.ShardLayout(layout, L, world, mask.block_size[1])
+            minimum = minimum_bytes(mask.to("cpu"), layout_obj, rank, k)
+            assert sent == minimum, f"{pattern}: rank {rank} sent {sent} bytes, the minimum is {minimum}"
+        queue.put((rank, None))
+    except Exception as error:
+        queue.put((rank, f"{type(error).__name__}: {error}"))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_gloo_ranks_on_one_gpu_match_one_call(world):
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_worker, args=(r, world, port, queue)) for r in range(world)]
+    for p in procs:
+        p.start()
+    try:
+        reports = dict(queue.get(timeout=600) for _ in range(world))
+    finally:
+        for p in procs:
+            p.join(timeout=60)
+    failures = {rank: text for rank, text in reports.items() if text is not None}
+    assert not failures, failures

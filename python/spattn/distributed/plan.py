@@ -2,9 +2,9 @@
 
 Built once from the global pattern, the sequence length and a ShardLayout.
 For rank r and a peer s, the blocks r needs from s are the key blocks of s's
-chunks that some query of r's chunks keeps: a mask of r's chunk as a single
-query block over s's chunk in blocks of the layout's size, with the pattern
-framed at the chunks' places in the sequence (``Pattern.framed``), lists them
+chunks that some query of r's chunks keeps: a mask of each of r's chunks as a
+single query block over the whole sequence in blocks of the layout's size,
+with the pattern framed at the chunk's place (``Pattern.framed``), lists them
 exactly. They travel as consecutive runs (K and V rows of every kv head) and
 nothing else does, so the bytes moved are that minimum by construction.
 
@@ -50,15 +50,15 @@ class Call:
     mask: BlockMask
 
 
-def needed_blocks(pattern: Pattern, queries: Tuple[int, int], keys: Tuple[int, int], seq_len: int, block: int,
-                  num_heads: int) -> List[int]:
-    """The key blocks (of `block` keys, counted from keys[0]) of global keys [keys[0], keys[1]) that some
-    query of global rows [queries[0], queries[1]) keeps under `pattern` (any head)."""
-    q_len, k_len = queries[1] - queries[0], keys[1] - keys[0]
-    if q_len <= 0 or k_len <= 0:
+def needed_blocks(pattern: Pattern, queries: Tuple[int, int], seq_len: int, block: int, num_heads: int) -> List[int]:
+    """The key blocks (of `block` keys, counted from key 0) holding a key that some query of global
+    rows [queries[0], queries[1]) keeps under `pattern` (any head): the kept columns of a mask of those
+    rows as one query block, the pattern framed at their place."""
+    q_len = queries[1] - queries[0]
+    if q_len <= 0:
         return []
-    framed = pattern.framed(queries[0], keys[0], seq_len, seq_len)
-    coarse = BlockMask.from_pattern(framed, q_len, k_len, (q_len, block), num_heads=num_heads)
+    framed = pattern.framed(queries[0], 0, seq_len, seq_len)
+    coarse = BlockMask.from_pattern(framed, q_len, seq_len, (q_len, block), num_heads=num_heads)
     return sorted(set(coarse.kv_indices.tolist()))
 
 
@@ -87,22 +87,25 @@ class ContextParallelPlan:
         self.layout = layout
         self.block_size = block_size_pair(block_size)
         self.num_heads = num_heads
-        self._needed: Dict[Tuple[int, int], List[Tuple[int, List[int]]]] = {}
+        self._needed: Dict[int, set] = {}
         self._ranks: Dict[int, "RankPlan"] = {}
 
     def needed(self, receiver: int, sender: int) -> List[Tuple[int, List[int]]]:
-        """For each chunk of `sender` (index in its shard), the blocks `receiver` needs from it."""
-        key = (receiver, sender)
-        if key not in self._needed:
+        """For each chunk of `sender` (index in its shard), the blocks (counted from the chunk's
+        start) `receiver` needs from it."""
+        if receiver not in self._needed:
             lay = self.layout
-            chunks = []
-            for b, keys in enumerate(lay.pieces(sender)):
-                wanted = set()
-                for queries in lay.pieces(receiver):
-                    wanted.update(needed_blocks(self.pattern, queries, keys, lay.seq_len, lay.block, self.num_heads))
-                chunks.append((b, sorted(wanted)))
-            self._needed[key] = chunks
-        return self._needed[key]
+            wanted = set()
+            for queries in lay.pieces(receiver):
+                wanted.update(needed_blocks(self.pattern, queries, lay.seq_len, lay.block, self.num_heads))
+            self._needed[receiver] = wanted
+        wanted = self._needed[receiver]
+        chunks = []
+        for b, (start, end) in enumerate(self.layout.pieces(sender)):
+            first = start // self.layout.block  # chunks start on block boundaries
+            count = -(-(end - start) // self.layout.block)
+            chunks.append((b, [kb - first for kb in range(first, first + count) if kb in wanted]))
+        return chunks
 
     def runs(self, receiver: int, sender: int) -> List[Run]:
         """What `receiver` gets from `sender`, in the order of the receive buffer."""

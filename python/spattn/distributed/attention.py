@@ -31,15 +31,16 @@ class _Exchange(torch.autograd.Function):
 
     Returns k and v themselves (so that a rank's backward always runs the
     exchange its peers wait for) followed by the (2, B, Hkv, rows, D) K/V
-    buffer received from each peer, in peer order."""
+    buffer to be received from each peer, in peer order; the exchange runs on,
+    and `pending` gets the handle to wait on before reading those buffers."""
 
     @staticmethod
-    def forward(ctx, transport: Transport, rank_plan: RankPlan, k: torch.Tensor, v: torch.Tensor):
+    def forward(ctx, transport: Transport, rank_plan: RankPlan, pending: list, k: torch.Tensor, v: torch.Tensor):
         B, Hkv, _, D = k.shape
         sends = {s: torch.stack((k.index_select(2, rows.to(k.device)), v.index_select(2, rows.to(k.device))))
                  for s, rows in rank_plan.send_rows.items() if rows.numel()}
         recvs = {s: k.new_empty((2, B, Hkv, n, D)) for s, n in rank_plan.recv_rows.items()}
-        transport.exchange(sends, recvs)
+        pending.append(transport.start_exchange(sends, recvs))  # the caller waits before reading them
         ctx.transport, ctx.rank_plan = transport, rank_plan
         ctx.kv_shape = k.shape
         ctx.peers = sorted(recvs)
@@ -65,7 +66,7 @@ class _Exchange(torch.autograd.Function):
             rows = plan.send_rows[s].to(dk.device)
             dk.index_add_(2, rows, recvs[s][0])
             dv.index_add_(2, rows, recvs[s][1])
-        return None, None, dk, dv
+        return None, None, None, dk, dv
 
 
 def merge_partials(parts, like: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -135,10 +136,14 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: BlockMask
         if t.shape[2] != local:
             raise ValueError(f"{name} has {t.shape[2]} rows but rank {transport.rank}'s shard of {layout} holds {local}")
     rank_plan = plan_for(mask, layout, q.shape[1]).rank(transport.rank)
-    k_own, v_own, *received = _Exchange.apply(transport, rank_plan, k, v)
+    pending = []
+    k_own, v_own, *received = _Exchange.apply(transport, rank_plan, pending, k, v)
     buffers = dict(zip(sorted(rank_plan.recv_rows), received))
     parts = [[] for _ in rank_plan.pieces]
-    for call in rank_plan.calls:
+    # The rank's own chunks first, while the peers' rows are on their way.
+    for call in sorted(rank_plan.calls, key=lambda c: c.peer is not None):
+        if call.peer is not None and pending:
+            pending.pop().wait()
         if call.peer is None:
             k_part, v_part = k_own.narrow(2, call.k_offset, call.k_len), v_own.narrow(2, call.k_offset, call.k_len)
         else:
@@ -147,6 +152,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: BlockMask
         q_part = q.narrow(2, call.q_offset, call.q_len)
         parts[call.piece].append(_attention(q_part, k_part, v_part, call.mask, scale=scale, return_lse=True,
                                             backend=backend))
+    for exchange in pending:  # no call read a peer's rows
+        exchange.wait()
     merged = [merge_partials(p, q.narrow(2, rank_plan.q_offsets[a], rank_plan.q_offsets[a + 1] -
                                          rank_plan.q_offsets[a])) for a, p in enumerate(parts)]
     out = torch.cat([m[0] for m in merged], dim=2).to(q.dtype)

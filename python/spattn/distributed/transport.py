@@ -2,10 +2,12 @@
 
 A transport knows its rank and world size and does two things:
 
-- ``exchange(sends, recvs)``: point-to-point, all at once: ``sends[peer]`` goes
-  to ``peer`` and ``recvs[peer]`` (preallocated, contiguous) is filled from
-  ``peer``; every rank calls it with matching pairs, in the same order of calls.
-  ``bytes_sent`` counts what this rank has sent so far.
+- ``start_exchange(sends, recvs)``: point-to-point, all at once: ``sends[peer]``
+  goes to ``peer`` and ``recvs[peer]`` (preallocated, contiguous) is filled
+  from ``peer``; every rank calls it with matching pairs, in the same order of
+  calls. It returns at once; the returned object's ``wait()`` returns when the
+  receive buffers may be read (``exchange`` is both). ``bytes_sent`` counts
+  what this rank has sent so far.
 - ``all_gather(x, lengths)``: every rank's tensor (first dimension
   ``lengths[rank]``), in rank order.
 
@@ -33,8 +35,11 @@ class Transport:
     def __init__(self) -> None:
         self.bytes_sent = 0
 
-    def exchange(self, sends: Dict[int, torch.Tensor], recvs: Dict[int, torch.Tensor]) -> None:
+    def start_exchange(self, sends: Dict[int, torch.Tensor], recvs: Dict[int, torch.Tensor]) -> "Pending":
         raise NotImplementedError
+
+    def exchange(self, sends: Dict[int, torch.Tensor], recvs: Dict[int, torch.Tensor]) -> None:
+        self.start_exchange(sends, recvs).wait()
 
     def all_gather(self, x: torch.Tensor, lengths: Sequence[int]) -> List[torch.Tensor]:
         raise NotImplementedError
@@ -44,6 +49,18 @@ class Transport:
             if peer == self.rank or not 0 <= peer < self.world_size:
                 raise ValueError(f"rank {self.rank} cannot send to peer {peer} (world size {self.world_size})")
             self.bytes_sent += t.numel() * t.element_size()
+
+
+class Pending:
+    """An exchange under way: ``wait()`` runs `finish` once."""
+
+    def __init__(self, finish: Callable[[], None]):
+        self._finish = finish
+
+    def wait(self) -> None:
+        if self._finish is not None:
+            finish, self._finish = self._finish, None
+            finish()
 
 
 class TorchTransport(Transport):
@@ -65,18 +82,22 @@ class TorchTransport(Transport):
         """CUDA tensors cross a gloo group through host memory (gloo moves host buffers only)."""
         return t.is_cuda and dist.get_backend(self.group) == "gloo"
 
-    def exchange(self, sends: Dict[int, torch.Tensor], recvs: Dict[int, torch.Tensor]) -> None:
+    def start_exchange(self, sends: Dict[int, torch.Tensor], recvs: Dict[int, torch.Tensor]) -> Pending:
         self._count(sends)
         wire_recvs = {peer: t.cpu() if self._staged(t) else t for peer, t in recvs.items() if t.numel()}
         ops = [dist.P2POp(dist.isend, (t.cpu() if self._staged(t) else t).contiguous(), self._global(peer), self.group)
                for peer, t in sorted(sends.items()) if t.numel()]
         ops += [dist.P2POp(dist.irecv, t, self._global(peer), self.group) for peer, t in sorted(wire_recvs.items())]
-        if ops:
-            for request in dist.batch_isend_irecv(ops):
+        requests = dist.batch_isend_irecv(ops) if ops else []
+
+        @torch.no_grad()  # the buffers may be autograd outputs: filling them is no operation of the graph
+        def finish() -> None:
+            for request in requests:  # NCCL: the current stream waits; gloo: the host waits
                 request.wait()
-        for peer, t in wire_recvs.items():
-            if t is not recvs[peer]:
-                recvs[peer].copy_(t)
+            for peer, t in wire_recvs.items():
+                if t is not recvs[peer]:
+                    recvs[peer].copy_(t)
+        return Pending(finish)
 
     def all_gather(self, x: torch.Tensor, lengths: Sequence[int]) -> List[torch.Tensor]:
         longest = max(lengths)
@@ -152,16 +173,20 @@ class InProcessTransport(Transport):
         self.world_size = group.world_size
         self._calls = 0
 
-    def exchange(self, sends: Dict[int, torch.Tensor], recvs: Dict[int, torch.Tensor]) -> None:
+    def start_exchange(self, sends: Dict[int, torch.Tensor], recvs: Dict[int, torch.Tensor]) -> Pending:
         self._count(sends)
         call = self._calls
         self._calls += 1
         for peer, t in sends.items():
             if t.numel():  # empty messages are not sent (nor, by TorchTransport, over the wire)
                 self.group._post((self.rank, peer, call), t.detach().clone())
-        for peer, t in sorted(recvs.items()):
-            if t.numel():
-                t.copy_(self.group._take((peer, self.rank, call)))
+
+        @torch.no_grad()  # as in TorchTransport
+        def finish() -> None:
+            for peer, t in sorted(recvs.items()):
+                if t.numel():
+                    t.copy_(self.group._take((peer, self.rank, call)))
+        return Pending(finish)
 
     def all_gather(self, x: torch.Tensor, lengths: Sequence[int]) -> List[torch.Tensor]:
         sends = {peer: x for peer in range(self.world_size) if peer != self.rank}

@@ -53,9 +53,12 @@ def reference(q, k, v, d_out, mask):
     return out.detach(), lse.detach(), q.grad, k.grad, v.grad
 
 
-def rank_step(transport, q, k, v, d_out, mask, layout_kind):
-    """One rank's shards, its context-parallel output, LSE and gradients, and the bytes it sent."""
-    layout = sd.ShardLayout(layout_kind, mask.q_len, transport.world_size, mask.block_size[1])
+def rank_step(transport, q, k, v, d_out, mask, layout_kind, global_mask=None):
+    """One rank's shards, its context-parallel output, LSE and gradients, and the bytes it sent.
+    `mask` is what the call gets (a BlockMask or a SequenceMask); `global_mask`, the BlockMask of
+    the whole sequence, defaults to it."""
+    global_mask = mask if global_mask is None else global_mask
+    layout = sd.ShardLayout(layout_kind, global_mask.q_len, transport.world_size, global_mask.block_size[1])
     q_r, k_r, v_r, d_r = (sd.shard(t, layout, transport).clone() for t in (q, k, v, d_out))
     for t in (q_r, k_r, v_r):
         t.requires_grad_()

@@ -61,6 +61,16 @@ def test_in_process_matches_one_call(pattern, layout, world, L, heads, kv_heads)
     check_against_reference(results, mask, layout, q, k, v, d_out)
 
 
+def test_a_sequence_mask_needs_no_whole_block_mask():
+    L = 300
+    mask = make_mask("streaming", L, 2)
+    short = make_mask("streaming", 64, 2)  # the same pattern, its mask built on a short length
+    seq = sd.SequenceMask(short.pattern, L, tuple(short.block_size))
+    q, k, v, d_out = inputs(L, 2, 1, seed=3)
+    results = sd.InProcessGroup(3).run(lambda t: rank_step(t, q, k, v, d_out, seq, "contiguous", mask))
+    check_against_reference(results, mask, "contiguous", q, k, v, d_out)
+
+
 def test_window_moves_only_the_previous_ranks_tail():
     L, world = 1024, 4
     mask = make_mask("window", L, 1)  # 53 keys: each rank needs the last 64 rows (4 blocks) of its predecessor

@@ -22,7 +22,7 @@ import torch
 from spattn.attention import attention as _attention
 from spattn.block_mask import BlockMask
 from spattn.distributed.layout import ShardLayout
-from spattn.distributed.plan import ContextParallelPlan, RankPlan
+from spattn.distributed.plan import ContextParallelPlan, RankPlan, SequenceMask
 from spattn.distributed.transport import Transport, transport_for
 
 
@@ -92,11 +92,11 @@ def merge_partials(parts, like: torch.Tensor) -> Tuple[torch.Tensor, torch.Tenso
 _PLANS: Dict[tuple, ContextParallelPlan] = {}
 
 
-def plan_for(mask: BlockMask, layout: ShardLayout, num_heads: int) -> ContextParallelPlan:
+def plan_for(mask: SequenceMask, layout: ShardLayout, num_heads: int) -> ContextParallelPlan:
     """The plan of `mask` over `layout`, built once and kept (a small cache keyed by the mask's
     pattern, sizes and the layout)."""
     key = (mask.pattern.code, mask.pattern.table_i32.numpy().tobytes(), mask.pattern.table_i64.numpy().tobytes(),
-           mask.q_len, mask.block_size, num_heads, layout)
+           mask.seq_len, mask.block_size, num_heads, layout)
     plan = _PLANS.get(key)
     if plan is None:
         plan = _PLANS[key] = ContextParallelPlan(mask.pattern, layout, mask.block_size, num_heads)
@@ -110,24 +110,24 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: BlockMask
 
     q (B, Hq, L_rank, D), k and v (B, Hkv, L_rank, D): this rank's shard in the layout's
     order (``spattn.distributed.shard``). `mask` is the global mask (Lq = Lk = the sequence
-    length); only its pattern and block sizes are read. `group`: a torch.distributed
+    length), or a SequenceMask (its pattern, the length and block sizes, which is all that is read). `group`: a torch.distributed
     process group (None: the default group) or a spattn transport (e.g. of an
     InProcessGroup). `layout`: "zigzag" (default; balanced under causal masks),
     "contiguous", or a ShardLayout (its block must be the mask's key block size).
     Differentiable with respect to q, k and v.
     """
-    if not isinstance(mask, BlockMask):
-        raise TypeError(f"mask must be a spattn.BlockMask built for the whole sequence, got {type(mask).__name__}")
-    if mask.q_len != mask.k_len:
-        raise ValueError(f"context parallelism splits one sequence: the mask must have Lq == Lk, got "
-                         f"Lq={mask.q_len}, Lk={mask.k_len}")
+    if isinstance(mask, BlockMask):
+        mask = SequenceMask.of(mask)
+    if not isinstance(mask, SequenceMask):
+        raise TypeError(f"mask must be a spattn.BlockMask built for the whole sequence or a SequenceMask, "
+                        f"got {type(mask).__name__}")
     transport = transport_for(group)
     if isinstance(layout, str):
-        layout = ShardLayout(layout, mask.q_len, transport.world_size, mask.block_size[1])
+        layout = ShardLayout(layout, mask.seq_len, transport.world_size, mask.block_size[1])
     if not isinstance(layout, ShardLayout):
         raise TypeError(f"layout must be 'zigzag', 'contiguous' or a ShardLayout, got {type(layout).__name__}")
-    if layout.world_size != transport.world_size or layout.seq_len != mask.q_len or layout.block != mask.block_size[1]:
-        raise ValueError(f"{layout} does not fit the mask (Lq={mask.q_len}, key block {mask.block_size[1]}) "
+    if layout.world_size != transport.world_size or layout.seq_len != mask.seq_len or layout.block != mask.block_size[1]:
+        raise ValueError(f"{layout} does not fit the mask (length {mask.seq_len}, key block {mask.block_size[1]}) "
                          f"and group ({transport.world_size} ranks)")
     local = layout.local_len(transport.rank)
     for name, t in (("q", q), ("k", k), ("v", v)):

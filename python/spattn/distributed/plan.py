@@ -25,6 +25,25 @@ from spattn.distributed.layout import ShardLayout
 
 
 @dataclass(frozen=True)
+class SequenceMask:
+    """A pattern over a whole sequence of `seq_len` positions with its block sizes, without the
+    block lists a BlockMask of that length would hold (context parallelism reads only the
+    pattern, so a million-token causal mask need not be built whole). ``SequenceMask.of(mask)``
+    takes a BlockMask's; a pattern can come from a mask built on a short length (patterns are
+    shape-free, except BigBird's and custom tables, which belong to their lengths)."""
+    pattern: Pattern
+    seq_len: int
+    block_size: Tuple[int, int] = (128, 128)
+
+    @classmethod
+    def of(cls, mask: BlockMask) -> "SequenceMask":
+        if mask.q_len != mask.k_len:
+            raise ValueError(f"context parallelism splits one sequence: the mask must have Lq == Lk, got "
+                             f"Lq={mask.q_len}, Lk={mask.k_len}")
+        return cls(mask.pattern, mask.q_len, tuple(mask.block_size))
+
+
+@dataclass(frozen=True)
 class Run:
     """Consecutive key rows one rank receives from a peer: global keys [start, start + length),
     rows [offset, offset + length) of that peer's receive buffer, rows [source, source + length)

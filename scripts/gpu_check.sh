@@ -10,9 +10,10 @@
 # to $OUT (default ./gpu_check_out): the JSON results and all logs packed in
 # logs.tgz.
 #
-#   scripts/gpu_check.sh [build] [test] [sanitize] [python] [kvcache] [bench] [backward] [seeds] [profile] [peers] [masks]
+#   scripts/gpu_check.sh [build] [test] [sanitize] [python] [kvcache] [distributed] [bench] [backward] [seeds] [profile] [peers] [masks]
 #   (default: all but profile and masks; kvcache runs the KV-cache kernels'
-#   tests, sanitizers and decode benchmark, bench/kvcache_gpu.py; masks times mask plans built on the
+#   tests, sanitizers and decode benchmark, bench/kvcache_gpu.py; distributed
+#   runs the context-parallel tests, gloo ranks sharing the GPU and on the host; masks times mask plans built on the
 #   device against host build + upload, bench/mask_build_bench.cpp; backward
 #   times the backward pass, spattn_cuda_bench --pass backward)
 #
@@ -43,7 +44,7 @@ pack() {  # few files come back from the GPU machine: results plus one archive
 }
 trap pack EXIT
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(build test sanitize python kvcache bench backward peers seeds)
+[ ${#stages[@]} -eq 0 ] && stages=(build test sanitize python kvcache distributed bench backward peers seeds)
 want() { [[ " ${stages[*]} " == *" $1 "* ]]; }
 status=0
 step() {  # step NAME LOG CMD...: runs CMD, logs it, records failure
@@ -139,6 +140,13 @@ if want kvcache; then
     done
     step "kvcache bench" kvcache_gpu.log python3 bench/kvcache_gpu.py --out "$LOG/kvcache_gpu.json"
     cat "$LOG/kvcache_gpu.log"
+  fi
+fi
+if want distributed; then
+  if install_package; then
+    step "pytest distributed" pytest_distributed.log python3 -m pytest tests/python/test_distributed_gpu.py \
+      tests/python/test_distributed.py -q -p no:cacheprovider
+    tail -n 3 "$LOG/pytest_distributed.log"
   fi
 fi
 if want bench; then

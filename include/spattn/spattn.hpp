@@ -4,6 +4,7 @@
 #include "spattn/attention.hpp"
 #include "spattn/backward.hpp"
 #include "spattn/block_mask.hpp"
+#include "spattn/dist.hpp"
 #include "spattn/dtype.hpp"
 #include "spattn/error.hpp"
 #include "spattn/kvcache.hpp"

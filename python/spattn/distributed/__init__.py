@@ -10,8 +10,8 @@ NCCL) or an ``InProcessGroup`` of threads for tests on one machine.
 """
 from spattn.distributed.attention import attention, merge_partials, plan_for
 from spattn.distributed.layout import ShardLayout, shard, unshard
-from spattn.distributed.plan import ContextParallelPlan, SequenceMask, needed_blocks
+from spattn.distributed.plan import ContextParallelPlan, SequenceMask
 from spattn.distributed.transport import InProcessGroup, TorchTransport, Transport
 
 __all__ = ["attention", "merge_partials", "plan_for", "ShardLayout", "shard", "unshard", "ContextParallelPlan",
-           "SequenceMask", "needed_blocks", "InProcessGroup", "TorchTransport", "Transport"]
+           "SequenceMask", "InProcessGroup", "TorchTransport", "Transport"]

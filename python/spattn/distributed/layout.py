@@ -1,7 +1,8 @@
 """How one sequence is split over the ranks of a context-parallel group.
 
-A layout cuts the sequence into chunks at multiples of a block (the mask's key
-block), as evenly as the blocks allow, and gives each rank its chunks:
+A layout (spattn::dist::ShardLayout of the C++ library, which makes the chunk
+boundaries) cuts the sequence into chunks at multiples of a block (the mask's
+key block), as evenly as the blocks allow, and gives each rank its chunks:
 
 - ``contiguous``: P chunks, rank r holds chunk r;
 - ``zigzag``: 2P chunks, rank r holds chunks r and 2P-1-r, so under a causal
@@ -18,6 +19,7 @@ from typing import List, Tuple
 
 import torch
 
+from spattn._ops import ops
 from spattn.block_mask import int_at_least, positive_int
 
 KINDS = ("contiguous", "zigzag")
@@ -33,13 +35,7 @@ class ShardLayout:
         self.seq_len = int_at_least(seq_len, "seq_len", 1)
         self.world_size = positive_int(world_size, "world_size")
         self.block = positive_int(block, "block")
-        chunks = self.world_size * (2 if kind == "zigzag" else 1)
-        blocks = -(-self.seq_len // self.block)
-        if blocks < chunks:
-            raise ValueError(f"seq_len {self.seq_len} has {blocks} blocks of {self.block}, fewer than the "
-                             f"{chunks} chunks of a {kind} layout over {self.world_size} ranks; use a smaller "
-                             "block or fewer ranks")
-        self.bounds = [min(self.seq_len, (c * blocks // chunks) * self.block) for c in range(chunks + 1)]
+        self.bounds = ops.cp_layout_bounds(kind == "zigzag", self.seq_len, self.world_size, self.block).tolist()
 
     def pieces(self, rank: int) -> List[Tuple[int, int]]:
         """The global [start, end) ranges rank `rank` holds, in its shard's order."""

@@ -1,12 +1,12 @@
-"""The context-parallel plan: which key blocks move where, and the calls each rank makes.
+"""The context-parallel plan: which key rows move where, and the calls each rank makes.
 
-Built once from the global pattern, the sequence length and a ShardLayout.
-For rank r and a peer s, the blocks r needs from s are the key blocks of s's
-chunks that some query of r's chunks keeps: a mask of each of r's chunks as a
-single query block over the whole sequence in blocks of the layout's size,
-with the pattern framed at the chunk's place (``Pattern.framed``), lists them
-exactly. They travel as consecutive runs (K and V rows of every kv head) and
-nothing else does, so the bytes moved are that minimum by construction.
+Built once from the global pattern, the sequence length and a ShardLayout by
+the C++ library (spattn::dist::ContextParallelPlan, spattn/dist.hpp): for
+each rank, the key blocks that some query of its chunks keeps, found exactly
+with the pattern framed at each chunk (``Pattern.framed``); for each
+(receiver, sender) pair, those of the sender's chunks as runs of consecutive
+rows. The runs (K and V rows of every kv head) travel and nothing else does,
+so the bytes moved are that minimum by construction.
 
 Each rank then attends, for each of its query chunks, to its own chunks and
 to every received run, one call per (query chunk, key stretch) through a mask
@@ -19,6 +19,7 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
+from spattn._ops import ops
 from spattn._pattern import Pattern
 from spattn.block_mask import BlockMask, BlockSize, block_size_pair
 from spattn.distributed.layout import ShardLayout
@@ -69,31 +70,9 @@ class Call:
     mask: BlockMask
 
 
-def needed_blocks(pattern: Pattern, queries: Tuple[int, int], seq_len: int, block: int, num_heads: int) -> List[int]:
-    """The key blocks (of `block` keys, counted from key 0) holding a key that some query of global
-    rows [queries[0], queries[1]) keeps under `pattern` (any head): the kept columns of a mask of those
-    rows as one query block, the pattern framed at their place."""
-    q_len = queries[1] - queries[0]
-    if q_len <= 0:
-        return []
-    framed = pattern.framed(queries[0], 0, seq_len, seq_len)
-    coarse = BlockMask.from_pattern(framed, q_len, seq_len, (q_len, block), num_heads=num_heads)
-    return sorted(set(coarse.kv_indices.tolist()))
-
-
-def _runs(blocks: List[int]) -> List[Tuple[int, int]]:
-    """Consecutive block indices as (first, last) pairs."""
-    runs: List[Tuple[int, int]] = []
-    for b in blocks:
-        if runs and runs[-1][1] == b - 1:
-            runs[-1] = (runs[-1][0], b)
-        else:
-            runs.append((b, b))
-    return runs
-
-
 class ContextParallelPlan:
-    """The plan of one pattern over a layout; ``rank(r)`` is rank r's part (built on first use).
+    """The plan of one pattern over a layout (every pair's runs, from the C++ plan); ``rank(r)`` is rank
+    r's part, its calls' masks built on first use.
 
     `pattern` is the global pattern (``mask.pattern`` of a BlockMask built for the whole
     sequence), `block_size` the block sizes of the per-call masks (the global mask's),
@@ -106,42 +85,16 @@ class ContextParallelPlan:
         self.layout = layout
         self.block_size = block_size_pair(block_size)
         self.num_heads = num_heads
-        self._needed: Dict[int, set] = {}
+        table = ops.cp_plan_runs(*pattern.tensors(), layout.kind == "zigzag", layout.seq_len, layout.world_size,
+                                 layout.block, num_heads).tolist()
+        self._runs: Dict[Tuple[int, int], List[Run]] = {}
+        for receiver, sender, start, length, offset, source in table:
+            self._runs.setdefault((receiver, sender), []).append(Run(start, length, offset, source))
         self._ranks: Dict[int, "RankPlan"] = {}
-
-    def needed(self, receiver: int, sender: int) -> List[Tuple[int, List[int]]]:
-        """For each chunk of `sender` (index in its shard), the blocks (counted from the chunk's
-        start) `receiver` needs from it."""
-        if receiver not in self._needed:
-            lay = self.layout
-            wanted = set()
-            for queries in lay.pieces(receiver):
-                wanted.update(needed_blocks(self.pattern, queries, lay.seq_len, lay.block, self.num_heads))
-            self._needed[receiver] = wanted
-        wanted = self._needed[receiver]
-        chunks = []
-        for b, (start, end) in enumerate(self.layout.pieces(sender)):
-            first = start // self.layout.block  # chunks start on block boundaries
-            count = -(-(end - start) // self.layout.block)
-            chunks.append((b, [kb - first for kb in range(first, first + count) if kb in wanted]))
-        return chunks
 
     def runs(self, receiver: int, sender: int) -> List[Run]:
         """What `receiver` gets from `sender`, in the order of the receive buffer."""
-        lay = self.layout
-        pieces = lay.pieces(sender)
-        starts = [0]
-        for start, end in pieces:
-            starts.append(starts[-1] + end - start)
-        out: List[Run] = []
-        offset = 0
-        for b, blocks in self.needed(receiver, sender):
-            start, end = pieces[b]
-            for first, last in _runs(blocks):
-                lo, hi = start + first * lay.block, min(end, start + (last + 1) * lay.block)
-                out.append(Run(lo, hi - lo, offset, starts[b] + lo - start))
-                offset += hi - lo
-        return out
+        return self._runs.get((receiver, sender), [])
 
     def rows_received(self, receiver: int, sender: int) -> int:
         return sum(run.length for run in self.runs(receiver, sender))

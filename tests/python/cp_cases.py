@@ -1,5 +1,8 @@
 """Masks, inputs and checks shared by the context-parallel tests (in-process and gloo)."""
+import socket
+
 import torch
+import torch.multiprocessing as mp
 
 import spattn
 from spattn import distributed as sd
@@ -89,3 +92,28 @@ def minimum_bytes(mask, layout, rank: int, k: torch.Tensor) -> int:
                     rows += hi - lo
     B, Hkv, _, D = k.shape
     return 2 * rows * B * Hkv * D * k.element_size()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ranks(world: int, worker, args: tuple, timeout: float) -> dict:
+    """Spawns `world` processes, worker(rank, world, port, *args, queue), each putting (rank, None)
+    or (rank, the failure's text) on the queue; returns the failures by rank."""
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=worker, args=(r, world, port) + args + (queue,)) for r in range(world)]
+    for p in procs:
+        p.start()
+    try:
+        reports = dict(queue.get(timeout=timeout) for _ in range(world))
+    finally:
+        for p in procs:
+            p.join(timeout=60)
+    failures = {rank: text for rank, text in reports.items() if text is not None}
+    failures.update({r: f"exit code {p.exitcode}" for r, p in enumerate(procs) if p.exitcode and r not in failures})
+    return failures

@@ -7,15 +7,13 @@ lengths that split unevenly; the bytes each rank sends equal the minimum
 counted independently from the dense global mask.
 """
 import os
-import socket
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from spattn import distributed as sd
-from cp_cases import inputs, make_mask, minimum_bytes, rank_step, reference
+from cp_cases import inputs, make_mask, minimum_bytes, rank_step, reference, run_ranks
 
 CASES = [  # pattern, layout, world size, L, heads, kv heads
     ("causal", "zigzag", 2, 256, 2, 1),
@@ -114,12 +112,6 @@ def test_bad_arguments_name_the_parameter():
 
 # ---- gloo: one process per rank --------------------------------------------------------------------
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _gloo_worker(rank, world, port, cases, queue):
     """Runs every case as one rank and checks its gathered results against the one-call
     reference here; reports (rank, None) or (rank, the failure's text)."""
@@ -149,18 +141,5 @@ GLOO_CASES = {
 
 @pytest.mark.parametrize("world", sorted(GLOO_CASES))
 def test_gloo_processes_match_one_call(world):
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=_gloo_worker, args=(r, world, port, GLOO_CASES[world], queue))
-             for r in range(world)]
-    for p in procs:
-        p.start()
-    try:
-        reports = dict(queue.get(timeout=300) for _ in range(world))
-    finally:
-        for p in procs:
-            p.join(timeout=60)
-    failures = {rank: text for rank, text in reports.items() if text is not None}
+    failures = run_ranks(world, _gloo_worker, (GLOO_CASES[world],), timeout=300)
     assert not failures, failures
-    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]

@@ -11,11 +11,9 @@ import os
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from spattn import distributed as sd
-from cp_cases import inputs, make_mask, minimum_bytes, rank_step, reference
-from test_distributed import _free_port
+from cp_cases import inputs, make_mask, minimum_bytes, rank_step, reference, run_ranks
 
 pytestmark = pytest.mark.gpu
 
@@ -50,16 +48,5 @@ def _worker(rank, world, port, queue):
 
 @pytest.mark.parametrize("world", [2, 4])
 def test_gloo_ranks_on_one_gpu_match_one_call(world):
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=_worker, args=(r, world, port, queue)) for r in range(world)]
-    for p in procs:
-        p.start()
-    try:
-        reports = dict(queue.get(timeout=600) for _ in range(world))
-    finally:
-        for p in procs:
-            p.join(timeout=60)
-    failures = {rank: text for rank, text in reports.items() if text is not None}
+    failures = run_ranks(world, _worker, (), timeout=600)
     assert not failures, failures

@@ -15,7 +15,8 @@ rank order (deterministic).
 """
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+from collections import OrderedDict
+from typing import Optional, Tuple
 
 import torch
 
@@ -89,17 +90,21 @@ def merge_partials(parts, like: torch.Tensor) -> Tuple[torch.Tensor, torch.Tenso
     return out, merged_lse.float()
 
 
-_PLANS: Dict[tuple, ContextParallelPlan] = {}
+_PLANS: "OrderedDict[tuple, ContextParallelPlan]" = OrderedDict()
+_KEPT_PLANS = 16
 
 
 def plan_for(mask: SequenceMask, layout: ShardLayout, num_heads: int) -> ContextParallelPlan:
-    """The plan of `mask` over `layout`, built once and kept (a small cache keyed by the mask's
-    pattern, sizes and the layout)."""
-    key = (mask.pattern.code, mask.pattern.table_i32.numpy().tobytes(), mask.pattern.table_i64.numpy().tobytes(),
-           mask.seq_len, mask.block_size, num_heads, layout)
+    """The plan of `mask` over `layout`, built once and kept: the last few plans, keyed by the
+    pattern object (patterns are immutable; the plan holds it, so its id stays its own), the
+    length, block sizes, heads and layout."""
+    key = (id(mask.pattern), mask.seq_len, mask.block_size, num_heads, layout)
     plan = _PLANS.get(key)
-    if plan is None:
+    if plan is None or plan.pattern is not mask.pattern:
         plan = _PLANS[key] = ContextParallelPlan(mask.pattern, layout, mask.block_size, num_heads)
+        while len(_PLANS) > _KEPT_PLANS:
+            _PLANS.popitem(last=False)
+    _PLANS.move_to_end(key)
     return plan
 
 

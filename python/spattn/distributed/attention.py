@@ -24,7 +24,7 @@ from spattn.attention import attention as _attention
 from spattn.block_mask import BlockMask
 from spattn.distributed.layout import ShardLayout
 from spattn.distributed.plan import ContextParallelPlan, RankPlan, SequenceMask
-from spattn.distributed.transport import Transport, transport_for
+from spattn.distributed.transport import Transport, exchange_order, transport_for
 
 
 class _Exchange(torch.autograd.Function):
@@ -145,20 +145,20 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: BlockMask
     k_own, v_own, *received = _Exchange.apply(transport, rank_plan, pending, k, v)
     buffers = dict(zip(sorted(rank_plan.recv_rows), received))
     parts = [[] for _ in rank_plan.pieces]
-    # The rank's own chunks first, while the peers' rows are on their way.
-    for call in sorted(rank_plan.calls, key=lambda c: c.peer is not None):
-        if call.peer is not None and pending:
-            pending.pop().wait()
+    # The rank's own chunks first, then each peer's rows as their stage arrives.
+    stage = {peer: n for n, peer in enumerate(exchange_order(transport.rank, transport.world_size))}
+    exchange = pending[0]
+    for call in sorted(rank_plan.calls, key=lambda c: -1 if c.peer is None else stage[c.peer]):
         if call.peer is None:
             k_part, v_part = k_own.narrow(2, call.k_offset, call.k_len), v_own.narrow(2, call.k_offset, call.k_len)
         else:
+            exchange.wait(call.peer)
             kv = buffers[call.peer].narrow(3, call.k_offset, call.k_len)
             k_part, v_part = kv[0], kv[1]
         q_part = q.narrow(2, call.q_offset, call.q_len)
         parts[call.piece].append(_attention(q_part, k_part, v_part, call.mask, scale=scale, return_lse=True,
                                             backend=backend))
-    for exchange in pending:  # no call read a peer's rows
-        exchange.wait()
+    exchange.wait()  # the sends, and peers no call read
     merged = [merge_partials(p, q.narrow(2, rank_plan.q_offsets[a], rank_plan.q_offsets[a + 1] -
                                          rank_plan.q_offsets[a])) for a, p in enumerate(parts)]
     out = torch.cat([m[0] for m in merged], dim=2).to(q.dtype)

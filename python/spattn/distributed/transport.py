@@ -5,8 +5,9 @@ A transport knows its rank and world size and does two things:
 - ``start_exchange(sends, recvs)``: point-to-point, all at once: ``sends[peer]``
   goes to ``peer`` and ``recvs[peer]`` (preallocated, contiguous) is filled
   from ``peer``; every rank calls it with matching pairs, in the same order of
-  calls. It returns at once; the returned object's ``wait()`` returns when the
-  receive buffers may be read (``exchange`` is both). ``bytes_sent`` counts
+  calls. It returns at once; the returned object's ``wait(peer)`` returns when
+  the rows from `peer` may be read and ``wait()`` when all is done
+  (``exchange`` is both). Peers are served in stages (``exchange_order``). ``bytes_sent`` counts
   what this rank has sent so far.
 - ``all_gather(x, lengths)``: every rank's tensor (first dimension
   ``lengths[rank]``), in rank order.
@@ -52,15 +53,29 @@ class Transport:
 
 
 class Pending:
-    """An exchange under way: ``wait()`` runs `finish` once."""
+    """An exchange under way. ``wait(peer)`` returns once the rows from `peer` may be read;
+    ``wait()`` once everything (sends too) is done. `finish(peer)` does the waiting for one peer
+    (None: what is left after the peers), once each."""
 
-    def __init__(self, finish: Callable[[], None]):
+    def __init__(self, peers: Sequence[int], finish: Callable[[Optional[int]], None]):
+        self._left = list(peers)
         self._finish = finish
+        self._done = False
 
-    def wait(self) -> None:
-        if self._finish is not None:
-            finish, self._finish = self._finish, None
-            finish()
+    def wait(self, peer: Optional[int] = None) -> None:
+        for p in ([peer] if peer is not None else list(self._left)):
+            if p in self._left:
+                self._left.remove(p)
+                self._finish(p)
+        if peer is None and not self._done:
+            self._done = True
+            self._finish(None)
+
+
+def exchange_order(rank: int, world_size: int) -> List[int]:
+    """The peers rank `rank` receives from, stage by stage: at stage d (1 .. P-1) every rank sends
+    to rank + d and receives from rank - d (mod P), so each stage pairs ranks consistently."""
+    return [(rank - d) % world_size for d in range(1, world_size)]
 
 
 class TorchTransport(Transport):
@@ -83,21 +98,32 @@ class TorchTransport(Transport):
         return t.is_cuda and dist.get_backend(self.group) == "gloo"
 
     def start_exchange(self, sends: Dict[int, torch.Tensor], recvs: Dict[int, torch.Tensor]) -> Pending:
+        """One batch_isend_irecv per stage (exchange_order): a stage's rows can be read once that
+        stage is done, while the later ones are still on the wire."""
         self._count(sends)
         wire_recvs = {peer: t.cpu() if self._staged(t) else t for peer, t in recvs.items() if t.numel()}
-        ops = [dist.P2POp(dist.isend, (t.cpu() if self._staged(t) else t).contiguous(), self._global(peer), self.group)
-               for peer, t in sorted(sends.items()) if t.numel()]
-        ops += [dist.P2POp(dist.irecv, t, self._global(peer), self.group) for peer, t in sorted(wire_recvs.items())]
-        requests = dist.batch_isend_irecv(ops) if ops else []
+        works: Dict[int, list] = {}
+        for d in range(1, self.world_size):
+            to, source = (self.rank + d) % self.world_size, (self.rank - d) % self.world_size
+            ops = []
+            if to in sends and sends[to].numel():
+                t = sends[to]
+                ops.append(dist.P2POp(dist.isend, (t.cpu() if self._staged(t) else t).contiguous(),
+                                      self._global(to), self.group))
+            if source in wire_recvs:
+                ops.append(dist.P2POp(dist.irecv, wire_recvs[source], self._global(source), self.group))
+            works[source] = dist.batch_isend_irecv(ops) if ops else []
 
         @torch.no_grad()  # the buffers may be autograd outputs: filling them is no operation of the graph
-        def finish() -> None:
-            for request in requests:  # NCCL: the current stream waits; gloo: the host waits
-                request.wait()
-            for peer, t in wire_recvs.items():
-                if t is not recvs[peer]:
-                    recvs[peer].copy_(t)
-        return Pending(finish)
+        def finish(peer: Optional[int]) -> None:
+            if peer is None:
+                return
+            for work in works[peer]:  # NCCL: the current stream waits; gloo: the host waits
+                work.wait()
+            t = wire_recvs.get(peer)
+            if t is not None and t is not recvs[peer]:
+                recvs[peer].copy_(t)
+        return Pending(exchange_order(self.rank, self.world_size), finish)
 
     def all_gather(self, x: torch.Tensor, lengths: Sequence[int]) -> List[torch.Tensor]:
         longest = max(lengths)
@@ -182,11 +208,11 @@ class InProcessTransport(Transport):
                 self.group._post((self.rank, peer, call), t.detach().clone())
 
         @torch.no_grad()  # as in TorchTransport
-        def finish() -> None:
-            for peer, t in sorted(recvs.items()):
-                if t.numel():
-                    t.copy_(self.group._take((peer, self.rank, call)))
-        return Pending(finish)
+        def finish(peer: Optional[int]) -> None:
+            t = recvs.get(peer)
+            if t is not None and t.numel():
+                t.copy_(self.group._take((peer, self.rank, call)))
+        return Pending(exchange_order(self.rank, self.world_size), finish)
 
     def all_gather(self, x: torch.Tensor, lengths: Sequence[int]) -> List[torch.Tensor]:
         sends = {peer: x for peer in range(self.world_size) if peer != self.rank}

@@ -34,12 +34,23 @@ int64_t ShardLayout::local_len(int64_t rank) const {
   return n;
 }
 
+namespace {
+
+// Query rows per block of the mask that finds the needed key blocks, in key
+// blocks: one block for the whole chunk would classify each candidate key
+// block over every row of the chunk (row by row where the closed forms cannot
+// decide, as for unions of dilated branches); blocks of this many rows keep
+// the candidates near the rows while a causal mask's lists stay short.
+constexpr int64_t kRowsPerQueryBlock = 64;
+
+}  // namespace
+
 std::vector<int64_t> needed_blocks(const Pattern& pattern, int64_t first_row, int64_t end_row, int64_t seq_len,
                                    int64_t block, int64_t num_heads) {
   const int64_t rows = end_row - first_row;
   if (rows <= 0) return {};
   const Pattern framed = pattern.framed(first_row, 0, seq_len, seq_len);
-  const BlockMask coarse = BlockMask::build(framed, MaskShape{rows, seq_len, rows, block, num_heads});
+  const BlockMask coarse = BlockMask::build(framed, MaskShape{rows, seq_len, std::min(rows, kRowsPerQueryBlock * block), block, num_heads});
   std::vector<int64_t> kept(coarse.kv_indices().begin(), coarse.kv_indices().end());
   std::sort(kept.begin(), kept.end());
   kept.erase(std::unique(kept.begin(), kept.end()), kept.end());

@@ -43,19 +43,9 @@ pack() {  # few files come back from the GPU machine: results plus one archive
   tar -czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$LOG"
 }
 trap pack EXIT
-stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(build test sanitize python kvcache distributed bench backward peers seeds)
-want() { [[ " ${stages[*]} " == *" $1 "* ]]; }
-status=0
-step() {  # step NAME LOG CMD...: runs CMD, logs it, records failure
-  local name=$1 log=$2; shift 2
-  local t0=$SECONDS
-  "$@" > "$LOG/$log" 2>&1
-  local rc=$?
-  echo "== $name: rc=$rc, $((SECONDS - t0)) s (log $log)"
-  [ $rc -ne 0 ] && status=1 && tail -n 30 "$LOG/$log"
-  return $rc
-}
+default_stages=(build test sanitize python kvcache distributed bench backward peers seeds)
+# shellcheck source=scripts/stages.sh
+source scripts/stages.sh "$@"
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$LOG/card.txt"
 

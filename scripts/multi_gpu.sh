@@ -41,19 +41,9 @@ OUT=${OUT:-$PWD/bench/results/cuda-$slug}
 LOG=$OUT/multi_gpu_logs
 mkdir -p "$LOG"
 trap 'tar -czf "$OUT/multi_gpu_logs.tgz" -C "$OUT" multi_gpu_logs && rm -rf "$LOG"' EXIT
-stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(install check strong weak)
-want() { [[ " ${stages[*]} " == *" $1 "* ]]; }
-status=0
-step() {  # step NAME LOG CMD...: runs CMD into LOG, prints its status, records failure
-  local name=$1 log=$2; shift 2
-  local t0=$SECONDS
-  "$@" > "$LOG/$log" 2>&1
-  local rc=$?
-  echo "== $name: rc=$rc, $((SECONDS - t0)) s (log $log)"
-  [ $rc -ne 0 ] && status=1 && tail -n 30 "$LOG/$log"
-  return $rc
-}
+default_stages=(install check strong weak)
+# shellcheck source=scripts/stages.sh
+source scripts/stages.sh "$@"
 fits() { [ "$1" -le "$gpus" ]; }  # a world size this machine has GPUs for
 launch() {  # launch P SCRIPT ARGS...: one process per GPU
   local procs=$1; shift

@@ -16,6 +16,7 @@
 #include <memory>
 #include <sstream>
 
+#include "expect_error.hpp"
 #include "pattern_cases.hpp"
 #include "test_support.hpp"
 
@@ -188,17 +189,6 @@ TEST(BlockMaskBuild, FramedPatternsPlanTheirRectangle) {
     ++checked;
   }
   EXPECT_GT(checked, 300);
-}
-
-// Expects `call` to throw an Error whose message contains `needle`.
-template <typename Call>
-void expect_error(Call&& call, const std::string& needle) {
-  try {
-    call();
-    ADD_FAILURE() << "no error; expected one mentioning '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
 }
 
 TEST(BlockMaskBuild, FramedPatternsCheckTheirRectangle) {

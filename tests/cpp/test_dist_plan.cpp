@@ -10,6 +10,7 @@
 #include <set>
 #include <string>
 
+#include "expect_error.hpp"
 #include "pattern_cases.hpp"
 #include "spattn/dist.hpp"
 #include "spattn/error.hpp"
@@ -47,14 +48,6 @@ TEST(ShardLayout, ChunksCoverTheSequenceOnce) {
 }
 
 TEST(ShardLayout, ImpossibleSplitsAreRejected) {
-  auto expect_error = [](auto&& make, const std::string& needle) {
-    try {
-      make();
-      ADD_FAILURE() << "no error; expected one mentioning '" << needle << "'";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
-  };
   expect_error([] { ShardLayout(LayoutKind::Zigzag, 100, 4, 16); }, "fewer than the 8 chunks");
   expect_error([] { ShardLayout(LayoutKind::Contiguous, 0, 2, 16); }, "seq_len must be >= 1");
   expect_error([] { ShardLayout(LayoutKind::Contiguous, 64, 0, 16); }, "world_size must be >= 1");

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cpu/fast/isa.hpp"
+#include "expect_error.hpp"
 #include "pattern/key_major_plan.hpp"
 #include "pattern_cases.hpp"
 #include "plan/plan_cache.hpp"
@@ -108,17 +109,6 @@ TEST(Plan, CallOnAPlanEqualsTheCallOnItsMask) {
     attention(p.q.view, p.k.view, p.v.view, b.view, p.mask, options, &lse_b.view);
     EXPECT_EQ(a.to_double(), b.to_double()) << backend_name(backend);
     EXPECT_EQ(lse_a.to_double(), lse_b.to_double()) << backend_name(backend);
-  }
-}
-
-// Runs fn, which must throw spattn::Error whose message contains `needle`.
-template <typename Fn>
-void expect_error(Fn fn, const std::string& needle) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error; expected one mentioning '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
   }
 }
 

@@ -38,8 +38,6 @@ class ShardLayout {
   int64_t seq_len() const { return seq_len_; }
   int64_t world_size() const { return world_size_; }
   int64_t block() const { return block_; }
-  // The chunk boundaries: chunks() + 1 positions from 0 to seq_len.
-  const std::vector<int64_t>& bounds() const { return bounds_; }
   // The chunks rank `rank` holds, in its shard's order.
   std::vector<Chunk> pieces(int64_t rank) const;
   int64_t local_len(int64_t rank) const;
@@ -47,7 +45,7 @@ class ShardLayout {
  private:
   LayoutKind kind_;
   int64_t seq_len_, world_size_, block_;
-  std::vector<int64_t> bounds_;
+  std::vector<int64_t> bounds_;  // the chunk boundaries, from 0 to seq_len
 };
 
 // Rows one rank receives from a peer: global keys [start, start + length),

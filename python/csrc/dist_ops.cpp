@@ -1,5 +1,5 @@
 // python/csrc/dist_ops.cpp - the context-parallel plan (spattn/dist.hpp) for
-// the Python package's spattn.distributed: a layout's chunk boundaries, and
+// the Python package's spattn.distributed: a layout's chunks per rank, and
 // every (receiver, sender) pair's runs of key rows. Host-side set-up, run
 // eagerly; errors arrive as ValueError with the library's wording.
 #include <torch/library.h>
@@ -18,10 +18,15 @@ dist::LayoutKind layout_kind(int64_t zigzag) {
   return zigzag ? dist::LayoutKind::Zigzag : dist::LayoutKind::Contiguous;
 }
 
-// The chunk boundaries, int64 (chunks + 1).
-at::Tensor cp_layout_bounds(int64_t zigzag, int64_t seq_len, int64_t world_size, int64_t block) {
-  return run_with_value_errors(
-      [&] { return tensor_of(dist::ShardLayout(layout_kind(zigzag), seq_len, world_size, block).bounds()); });
+// Every rank's chunks, in its shard's order, int64 (world_size, chunks per rank, 2): start, end.
+at::Tensor cp_layout_pieces(int64_t zigzag, int64_t seq_len, int64_t world_size, int64_t block) {
+  return run_with_value_errors([&] {
+    const dist::ShardLayout layout(layout_kind(zigzag), seq_len, world_size, block);
+    std::vector<int64_t> ends;
+    for (int64_t r = 0; r < world_size; ++r)
+      for (const dist::Chunk& c : layout.pieces(r)) ends.insert(ends.end(), {c.start, c.end});
+    return tensor_of(ends).view({world_size, -1, 2});
+  });
 }
 
 // Every pair's runs as rows (receiver, sender, start, length, offset, source), int64 (n, 6).
@@ -49,7 +54,7 @@ at::Tensor cp_plan_runs(const at::Tensor& code, const at::Tensor& i32, const at:
 
 TORCH_LIBRARY_FRAGMENT(spattn, m) {
   using namespace spattn::torch_bridge;
-  m.def("cp_layout_bounds(int zigzag, int seq_len, int world_size, int block) -> Tensor", &cp_layout_bounds);
+  m.def("cp_layout_pieces(int zigzag, int seq_len, int world_size, int block) -> Tensor", &cp_layout_pieces);
   m.def("cp_plan_runs(Tensor code, Tensor table_i32, Tensor table_i64, int zigzag, int seq_len, int world_size, "
         "int block, int num_heads) -> Tensor",
         &cp_plan_runs);

@@ -50,7 +50,8 @@ std::vector<int64_t> needed_blocks(const Pattern& pattern, int64_t first_row, in
   const int64_t rows = end_row - first_row;
   if (rows <= 0) return {};
   const Pattern framed = pattern.framed(first_row, 0, seq_len, seq_len);
-  const BlockMask coarse = BlockMask::build(framed, MaskShape{rows, seq_len, std::min(rows, kRowsPerQueryBlock * block), block, num_heads});
+  const int64_t block_q = std::min(rows, kRowsPerQueryBlock * block);
+  const BlockMask coarse = BlockMask::build(framed, MaskShape{rows, seq_len, block_q, block, num_heads});
   std::vector<int64_t> kept(coarse.kv_indices().begin(), coarse.kv_indices().end());
   std::sort(kept.begin(), kept.end());
   kept.erase(std::unique(kept.begin(), kept.end()), kept.end());
@@ -88,7 +89,8 @@ std::vector<KeyRun> ContextParallelPlan::runs(int64_t receiver, int64_t sender) 
     auto kb = std::lower_bound(wanted.begin(), wanted.end(), c.start / block);
     for (; kb != wanted.end() && *kb * block < c.end; ++kb) {
       const int64_t lo = *kb * block, hi = std::min(c.end, lo + block);
-      if (!out.empty() && out.back().start + out.back().length == lo && out.back().offset + out.back().length == offset) {
+      const bool follows = !out.empty() && out.back().start + out.back().length == lo;  // offsets follow too
+      if (follows) {
         out.back().length += hi - lo;
       } else {
         out.push_back(KeyRun{lo, hi - lo, offset, source + lo - c.start});

@@ -47,10 +47,6 @@ int64_t interval_cover(const std::vector<KeyInterval>& v) {
   return n;
 }
 
-}  // namespace
-
-namespace {
-
 // The intervals of the pattern's own rows and keys [0, key_end), as above.
 void expr_key_intervals_at(const PatternExpr& e, int64_t h, int64_t i0, int64_t i1, int64_t p0, int64_t p1,
                            int64_t key_end, std::vector<KeyInterval>& out) {

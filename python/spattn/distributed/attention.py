@@ -53,12 +53,9 @@ class _Exchange(torch.autograd.Function):
         like = dk_local if dk_local is not None else dv_local
         if like is None:
             like = next(g for g in d_received if g is not None)
-        sends = {}
-        for s, g in zip(ctx.peers, d_received):
-            if plan.recv_rows[s]:
-                sends[s] = g.contiguous() if g is not None else like.new_zeros((2,) + tuple(ctx.kv_shape[:2]) +
-                                                                             (plan.recv_rows[s], ctx.kv_shape[3]))
         B, Hkv, _, D = ctx.kv_shape
+        sends = {s: g.contiguous() if g is not None else like.new_zeros((2, B, Hkv, plan.recv_rows[s], D))
+                 for s, g in zip(ctx.peers, d_received) if plan.recv_rows[s]}
         recvs = {s: like.new_empty((2, B, Hkv, rows.numel(), D)) for s, rows in plan.send_rows.items() if rows.numel()}
         ctx.transport.exchange(sends, recvs)
         dk = dk_local.clone() if dk_local is not None else like.new_zeros(ctx.kv_shape)

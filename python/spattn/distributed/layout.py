@@ -1,7 +1,7 @@
 """How one sequence is split over the ranks of a context-parallel group.
 
-A layout (spattn::dist::ShardLayout of the C++ library, which makes the chunk
-boundaries) cuts the sequence into chunks at multiples of a block (the mask's
+A layout (spattn::dist::ShardLayout of the C++ library, which makes the
+chunks) cuts the sequence into chunks at multiples of a block (the mask's
 key block), as evenly as the blocks allow, and gives each rank its chunks:
 
 - ``contiguous``: P chunks, rank r holds chunk r;
@@ -35,17 +35,14 @@ class ShardLayout:
         self.seq_len = int_at_least(seq_len, "seq_len", 1)
         self.world_size = positive_int(world_size, "world_size")
         self.block = positive_int(block, "block")
-        self.bounds = ops.cp_layout_bounds(kind == "zigzag", self.seq_len, self.world_size, self.block).tolist()
+        self._pieces = [[tuple(c) for c in chunks] for chunks in
+                        ops.cp_layout_pieces(kind == "zigzag", self.seq_len, self.world_size, self.block).tolist()]
 
     def pieces(self, rank: int) -> List[Tuple[int, int]]:
         """The global [start, end) ranges rank `rank` holds, in its shard's order."""
         if not 0 <= rank < self.world_size:
             raise ValueError(f"rank must be in [0, {self.world_size}), got {rank}")
-        b = self.bounds
-        if self.kind == "contiguous":
-            return [(b[rank], b[rank + 1])]
-        last = 2 * self.world_size - 1 - rank
-        return [(b[rank], b[rank + 1]), (b[last], b[last + 1])]
+        return list(self._pieces[rank])
 
     def local_len(self, rank: int) -> int:
         return sum(end - start for start, end in self.pieces(rank))

@@ -113,7 +113,7 @@ class RankPlan:
         self.rank = rank
         peers = [s for s in range(lay.world_size) if s != rank]
         self.recv_runs = {s: plan.runs(rank, s) for s in peers}
-        self.recv_rows = {s: sum(run.length for run in runs) for s, runs in self.recv_runs.items()}
+        self.recv_rows = {s: plan.rows_received(rank, s) for s in peers}
         self.send_rows = {}
         for s in peers:
             sent = [torch.arange(run.source, run.source + run.length, dtype=torch.int64) for run in plan.runs(s, rank)]

@@ -12,7 +12,9 @@
 // (Pattern::framed) and its mask built with the chunk as one query block over
 // the whole sequence lists them exactly. runs(receiver, sender) turns those of
 // the sender's chunks into runs of consecutive rows: what travels, and nothing
-// else. The Python package's spattn.distributed moves the rows and attends.
+// else. calls(rank) lists the attention calls a rank makes: each of its query
+// chunks over each stretch of keys it holds or receives. spattn/dist_attention.hpp
+// (C++) and the Python package's spattn.distributed move the rows and attend.
 #pragma once
 
 #include <cstdint>
@@ -55,22 +57,40 @@ struct KeyRun {
   int64_t start = 0, length = 0, offset = 0, source = 0;
 };
 
+// One attention call of a rank: its query chunk `piece` (rows [q_offset,
+// q_offset + q_len) of its shard, global rows from q_start) over k_len keys
+// from global key k_start, read from its own shard (peer == -1) or from the
+// buffer received from `peer`, from row k_offset.
+struct CallSpec {
+  int64_t piece = 0, q_offset = 0, q_len = 0, q_start = 0;
+  int64_t peer = -1, k_offset = 0, k_len = 0, k_start = 0;
+};
+
 class ContextParallelPlan {
  public:
   // `num_heads`: the query heads (patterns that read the head need them; the
   // union over heads decides a block). Builds every rank's needed blocks.
   ContextParallelPlan(const Pattern& pattern, const ShardLayout& layout, int64_t num_heads);
 
+  const Pattern& pattern() const { return pattern_; }
   const ShardLayout& layout() const { return layout_; }
+  int64_t num_heads() const { return num_heads_; }
   // Sorted indices of the blocks (of layout().block() keys, from key 0) that
   // some query of `rank`'s chunks keeps.
   const std::vector<int64_t>& needed_blocks(int64_t rank) const;
   // What `receiver` gets from `sender` (!= receiver), in receive-buffer order.
   std::vector<KeyRun> runs(int64_t receiver, int64_t sender) const;
   int64_t rows_received(int64_t receiver, int64_t sender) const;
+  // Every (query chunk, key stretch) pair of `rank`: for each of its chunks,
+  // its own chunks, then each peer's runs (peers in rank order). A call's
+  // pattern is pattern().framed(q_start, k_start, L, L); calls whose framed
+  // mask keeps nothing are listed too.
+  std::vector<CallSpec> calls(int64_t rank) const;
 
  private:
+  Pattern pattern_;
   ShardLayout layout_;
+  int64_t num_heads_;
   std::vector<std::vector<int64_t>> needed_;
 };
 

@@ -1,9 +1,11 @@
 // python/csrc/dist_ops.cpp - the context-parallel plan (spattn/dist.hpp) for
 // the Python package's spattn.distributed: a layout's chunks per rank, and
-// every (receiver, sender) pair's runs of key rows. Host-side set-up, run
+// every (receiver, sender) pair's runs of key rows, every rank's attention
+// calls. Host-side set-up, run
 // eagerly; errors arrive as ValueError with the library's wording.
 #include <torch/library.h>
 
+#include <tuple>
 #include <vector>
 
 #include "spattn/dist.hpp"
@@ -29,8 +31,10 @@ at::Tensor cp_layout_pieces(int64_t zigzag, int64_t seq_len, int64_t world_size,
   });
 }
 
-// Every pair's runs as rows (receiver, sender, start, length, offset, source), int64 (n, 6).
-at::Tensor cp_plan_runs(const at::Tensor& code, const at::Tensor& i32, const at::Tensor& i64, int64_t zigzag,
+// Every pair's runs as rows (receiver, sender, start, length, offset, source),
+// int64 (n, 6), and every rank's calls as rows (rank, piece, q_offset, q_len,
+// q_start, peer, k_offset, k_len, k_start), int64 (m, 9), peer -1 for its own rows.
+std::tuple<at::Tensor, at::Tensor> cp_plan(const at::Tensor& code, const at::Tensor& i32, const at::Tensor& i64, int64_t zigzag,
                         int64_t seq_len, int64_t world_size, int64_t block, int64_t num_heads) {
   return run_with_value_errors([&] {
     const at::Tensor c = cpu_contiguous(code, at::kLong, "code");
@@ -38,14 +42,17 @@ at::Tensor cp_plan_runs(const at::Tensor& code, const at::Tensor& i32, const at:
     const auto pattern = pattern_of(c.data_ptr<int64_t>(), c.numel(), i32, i64);
     const dist::ShardLayout layout(layout_kind(zigzag), seq_len, world_size, block);
     const dist::ContextParallelPlan plan(*pattern, layout, num_heads);
-    std::vector<int64_t> rows;
-    for (int64_t r = 0; r < world_size; ++r)
+    std::vector<int64_t> rows, calls;
+    for (int64_t r = 0; r < world_size; ++r) {
       for (int64_t s = 0; s < world_size; ++s) {
         if (s == r) continue;
         for (const dist::KeyRun& run : plan.runs(r, s))
           rows.insert(rows.end(), {r, s, run.start, run.length, run.offset, run.source});
       }
-    return tensor_of(rows).view({-1, 6});
+      for (const dist::CallSpec& c : plan.calls(r))
+        calls.insert(calls.end(), {r, c.piece, c.q_offset, c.q_len, c.q_start, c.peer, c.k_offset, c.k_len, c.k_start});
+    }
+    return std::make_tuple(tensor_of(rows).view({-1, 6}), tensor_of(calls).view({-1, 9}));
   });
 }
 
@@ -55,7 +62,7 @@ at::Tensor cp_plan_runs(const at::Tensor& code, const at::Tensor& i32, const at:
 TORCH_LIBRARY_FRAGMENT(spattn, m) {
   using namespace spattn::torch_bridge;
   m.def("cp_layout_pieces(int zigzag, int seq_len, int world_size, int block) -> Tensor", &cp_layout_pieces);
-  m.def("cp_plan_runs(Tensor code, Tensor table_i32, Tensor table_i64, int zigzag, int seq_len, int world_size, "
-        "int block, int num_heads) -> Tensor",
-        &cp_plan_runs);
+  m.def("cp_plan(Tensor code, Tensor table_i32, Tensor table_i64, int zigzag, int seq_len, int world_size, "
+        "int block, int num_heads) -> (Tensor, Tensor)",
+        &cp_plan);
 }

@@ -59,7 +59,7 @@ std::vector<int64_t> needed_blocks(const Pattern& pattern, int64_t first_row, in
 }
 
 ContextParallelPlan::ContextParallelPlan(const Pattern& pattern, const ShardLayout& layout, int64_t num_heads)
-    : layout_(layout) {
+    : pattern_(pattern), layout_(layout), num_heads_(num_heads) {
   require(num_heads >= 1, "num_heads must be >= 1, got ", num_heads);
   for (int64_t r = 0; r < layout.world_size(); ++r) {
     std::vector<int64_t> wanted;
@@ -106,6 +106,41 @@ int64_t ContextParallelPlan::rows_received(int64_t receiver, int64_t sender) con
   int64_t n = 0;
   for (const KeyRun& run : runs(receiver, sender)) n += run.length;
   return n;
+}
+
+std::vector<CallSpec> ContextParallelPlan::calls(int64_t rank) const {
+  const std::vector<Chunk> mine = layout_.pieces(rank);
+  CallSpec stretch;  // the key side of a call
+  std::vector<CallSpec> stretches;
+  for (const Chunk& c : mine) {
+    stretch.k_len = c.end - c.start;
+    stretch.k_start = c.start;
+    stretches.push_back(stretch);
+    stretch.k_offset += stretch.k_len;
+  }
+  for (int64_t peer = 0; peer < layout_.world_size(); ++peer) {
+    if (peer == rank) continue;
+    for (const KeyRun& run : runs(rank, peer)) {
+      stretch.peer = peer;
+      stretch.k_offset = run.offset;
+      stretch.k_len = run.length;
+      stretch.k_start = run.start;
+      stretches.push_back(stretch);
+    }
+  }
+  std::vector<CallSpec> out;
+  int64_t q_offset = 0;
+  for (size_t a = 0; a < mine.size(); ++a) {
+    for (CallSpec call : stretches) {
+      call.piece = static_cast<int64_t>(a);
+      call.q_offset = q_offset;
+      call.q_len = mine[a].end - mine[a].start;
+      call.q_start = mine[a].start;
+      out.push_back(call);
+    }
+    q_offset += mine[a].end - mine[a].start;
+  }
+  return out;
 }
 
 }  // namespace spattn::dist

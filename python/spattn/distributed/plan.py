@@ -10,7 +10,8 @@ so the bytes moved are that minimum by construction.
 
 Each rank then attends, for each of its query chunks, to its own chunks and
 to every received run, one call per (query chunk, key stretch) through a mask
-of the framed pattern; the partial results are merged by their LSE.
+of the framed pattern (the C++ plan lists the calls); the partial results are
+merged by their LSE.
 """
 from __future__ import annotations
 
@@ -85,11 +86,14 @@ class ContextParallelPlan:
         self.layout = layout
         self.block_size = block_size_pair(block_size)
         self.num_heads = num_heads
-        table = ops.cp_plan_runs(*pattern.tensors(), layout.kind == "zigzag", layout.seq_len, layout.world_size,
-                                 layout.block, num_heads).tolist()
+        runs, calls = ops.cp_plan(*pattern.tensors(), layout.kind == "zigzag", layout.seq_len, layout.world_size,
+                                  layout.block, num_heads)
         self._runs: Dict[Tuple[int, int], List[Run]] = {}
-        for receiver, sender, start, length, offset, source in table:
+        for receiver, sender, start, length, offset, source in runs.tolist():
             self._runs.setdefault((receiver, sender), []).append(Run(start, length, offset, source))
+        self._calls: Dict[int, List[tuple]] = {}
+        for rank, *call in calls.tolist():
+            self._calls.setdefault(rank, []).append(tuple(call))
         self._ranks: Dict[int, "RankPlan"] = {}
 
     def runs(self, receiver: int, sender: int) -> List[Run]:
@@ -106,13 +110,12 @@ class ContextParallelPlan:
 
 
 class RankPlan:
-    """One rank's part: the rows it sends to each peer, the runs it receives, its calls."""
+    """One rank's part: the rows it sends to each peer, how many it receives from each, its calls."""
 
     def __init__(self, plan: ContextParallelPlan, rank: int):
         lay = plan.layout
         self.rank = rank
         peers = [s for s in range(lay.world_size) if s != rank]
-        self.recv_runs = {s: plan.runs(rank, s) for s in peers}
         self.recv_rows = {s: plan.rows_received(rank, s) for s in peers}
         self.send_rows = {}
         for s in peers:
@@ -123,16 +126,13 @@ class RankPlan:
         q_offsets = [0]
         for start, end in mine:
             q_offsets.append(q_offsets[-1] + end - start)
-        stretches = [(None, q_offsets[b], end - start, start) for b, (start, end) in enumerate(mine)]
-        stretches += [(s, run.offset, run.length, run.start) for s in peers for run in self.recv_runs[s]]
-        for a, (q_start, q_end) in enumerate(mine):
-            for peer, k_offset, k_len, k_start in stretches:
-                framed = plan.pattern.framed(q_start, k_start, lay.seq_len, lay.seq_len)
-                mask = BlockMask.from_pattern(framed, q_end - q_start, k_len, plan.block_size,
-                                              num_heads=plan.num_heads)
-                # Every rank keeps its first call, so that its backward always reaches the
-                # exchange (its peers wait there for its gradients).
-                if mask.num_blocks or not self.calls:
-                    self.calls.append(Call(a, q_offsets[a], q_end - q_start, peer, k_offset, k_len, k_start, mask))
+        for piece, q_offset, q_len, q_start, peer, k_offset, k_len, k_start in plan._calls.get(rank, []):
+            framed = plan.pattern.framed(q_start, k_start, lay.seq_len, lay.seq_len)
+            mask = BlockMask.from_pattern(framed, q_len, k_len, plan.block_size, num_heads=plan.num_heads)
+            # Every rank keeps its first call, so that its backward always reaches the
+            # exchange (its peers wait there for its gradients).
+            if mask.num_blocks or not self.calls:
+                self.calls.append(Call(piece, q_offset, q_len, None if peer < 0 else peer, k_offset, k_len, k_start,
+                                       mask))
         self.pieces = mine
         self.q_offsets = q_offsets

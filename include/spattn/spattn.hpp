@@ -5,6 +5,8 @@
 #include "spattn/backward.hpp"
 #include "spattn/block_mask.hpp"
 #include "spattn/dist.hpp"
+#include "spattn/dist_attention.hpp"
+#include "spattn/dist_transport.hpp"
 #include "spattn/dtype.hpp"
 #include "spattn/error.hpp"
 #include "spattn/kvcache.hpp"

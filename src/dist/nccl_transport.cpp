@@ -1,0 +1,152 @@
+// dist/nccl_transport.cpp - the NCCL transport (spattn/dist_transport.hpp):
+// one ncclGroupStart / ncclSend / ncclRecv / ncclGroupEnd per stage of an
+// exchange, on a communication stream of its own that first waits for the
+// caller's stream (the rows to send are packed there); an event after each
+// stage lets the caller's stream wait for just that stage's rows. Compiled
+// where CMake finds NCCL (SPATTN_NCCL).
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "cuda/common/cuda_check.hpp"
+#include "spattn/dist_transport.hpp"
+#include "spattn/error.hpp"
+
+namespace spattn::dist {
+
+namespace {
+
+using cuda_detail::check_cuda;
+
+void check_nccl(ncclResult_t status, const char* what) {
+  if (status != ncclSuccess) fail("NCCL transport: ", what, " failed: ", ncclGetErrorString(status));
+}
+
+cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+
+cudaEvent_t new_event() {
+  cudaEvent_t e = nullptr;
+  check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+  return e;
+}
+
+class NcclExchange : public Exchange {
+ public:
+  NcclExchange(cudaStream_t caller, std::vector<std::pair<int64_t, cudaEvent_t>> stages, cudaEvent_t done)
+      : caller_(caller), stages_(std::move(stages)), done_(done) {}
+  ~NcclExchange() override {
+    for (auto& s : stages_) cudaEventDestroy(s.second);  // released once the stage completes
+    cudaEventDestroy(done_);
+  }
+  void wait(int64_t peer) override {
+    for (auto& s : stages_)
+      if (s.first == peer) check_cuda(cudaStreamWaitEvent(caller_, s.second, 0), "cudaStreamWaitEvent");
+  }
+  void finish() override { check_cuda(cudaStreamWaitEvent(caller_, done_, 0), "cudaStreamWaitEvent"); }
+
+ private:
+  cudaStream_t caller_;
+  std::vector<std::pair<int64_t, cudaEvent_t>> stages_;  // (the peer received from, the stage's end)
+  cudaEvent_t done_;
+};
+
+class NcclTransport : public Transport {
+ public:
+  NcclTransport(ncclComm_t comm, bool owned) : comm_(comm), owned_(owned) {
+    int n = 0, r = 0;
+    check_nccl(ncclCommCount(comm, &n), "ncclCommCount");
+    check_nccl(ncclCommUserRank(comm, &r), "ncclCommUserRank");
+    world_size_ = n;
+    rank_ = r;
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  }
+  ~NcclTransport() override {
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+    if (owned_) ncclCommDestroy(comm_);
+  }
+  int64_t rank() const override { return rank_; }
+  int64_t world_size() const override { return world_size_; }
+
+  std::unique_ptr<Exchange> start(const std::vector<Message>& sends, const std::vector<Message>& recvs,
+                                  void* stream) override {
+    check_and_count(sends, recvs);
+    cudaEvent_t packed = new_event();
+    check_cuda(cudaEventRecord(packed, as_stream(stream)), "cudaEventRecord");
+    check_cuda(cudaStreamWaitEvent(stream_, packed, 0), "cudaStreamWaitEvent");
+    cudaEventDestroy(packed);
+    std::vector<std::pair<int64_t, cudaEvent_t>> stages;
+    for (int64_t d = 1; d < world_size_; ++d) {
+      const int64_t to = (rank_ + d) % world_size_, from = (rank_ - d + world_size_) % world_size_;
+      check_nccl(ncclGroupStart(), "ncclGroupStart");
+      for (const Message& m : sends)
+        if (m.peer == to && m.bytes > 0)
+          check_nccl(ncclSend(m.data, static_cast<size_t>(m.bytes), ncclUint8, static_cast<int>(to), comm_, stream_),
+                     "ncclSend");
+      for (const Message& m : recvs)
+        if (m.peer == from && m.bytes > 0)
+          check_nccl(ncclRecv(m.data, static_cast<size_t>(m.bytes), ncclUint8, static_cast<int>(from), comm_, stream_),
+                     "ncclRecv");
+      check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+      stages.emplace_back(from, new_event());
+      check_cuda(cudaEventRecord(stages.back().second, stream_), "cudaEventRecord");
+    }
+    cudaEvent_t done = new_event();
+    check_cuda(cudaEventRecord(done, stream_), "cudaEventRecord");
+    return std::make_unique<NcclExchange>(as_stream(stream), std::move(stages), done);
+  }
+
+ private:
+  ncclComm_t comm_;
+  bool owned_;
+  int64_t rank_ = 0, world_size_ = 1;
+  cudaStream_t stream_ = nullptr;
+};
+
+// The integer value of environment variable `name`, required to be in [lo, hi].
+int64_t env_int(const char* name, int64_t lo, int64_t hi) {
+  const char* text = std::getenv(name);
+  require(text != nullptr && *text != '\0', "NCCL transport: environment variable ", name,
+          " is not set (torchrun and mpirun set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT)");
+  char* end = nullptr;
+  const long long value = std::strtoll(text, &end, 10);
+  require(*end == '\0' && value >= lo && value <= hi, "NCCL transport: ", name, "=", text,
+          " is not an integer in [", lo, ", ", hi, "]");
+  return value;
+}
+
+}  // namespace
+
+bool nccl_available() { return true; }
+
+std::unique_ptr<Transport> nccl_transport(void* comm) {
+  require(comm != nullptr, "nccl_transport: comm is null");
+  return std::make_unique<NcclTransport>(static_cast<ncclComm_t>(comm), false);
+}
+
+std::unique_ptr<Transport> nccl_transport_from_env() {
+  const int64_t world = env_int("WORLD_SIZE", 1, 1 << 20);
+  const int64_t rank = env_int("RANK", 0, world - 1);
+  const int64_t port = env_int("MASTER_PORT", 1, 65534);
+  const char* addr = std::getenv("MASTER_ADDR");
+  require(addr != nullptr && *addr != '\0', "NCCL transport: environment variable MASTER_ADDR is not set");
+  int devices = 0;
+  check_cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
+  require(devices > 0, "NCCL transport: no CUDA device");
+  const int64_t device = std::getenv("LOCAL_RANK") ? env_int("LOCAL_RANK", 0, devices - 1) : rank % devices;
+  check_cuda(cudaSetDevice(static_cast<int>(device)), "cudaSetDevice");
+  // NCCL's own bootstrap at a fixed address: every rank gets the same id and
+  // rank 0 listens there (one port above torchrun's store). A caller's own
+  // NCCL_COMM_ID is kept.
+  const std::string root = std::string(addr) + ":" + std::to_string(port + 1);
+  setenv("NCCL_COMM_ID", root.c_str(), 0);
+  ncclUniqueId id;
+  check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  ncclComm_t comm = nullptr;
+  check_nccl(ncclCommInitRank(&comm, static_cast<int>(world), id, static_cast<int>(rank)), "ncclCommInitRank");
+  return std::make_unique<NcclTransport>(comm, true);
+}
+
+}  // namespace spattn::dist

@@ -133,6 +133,13 @@ if want kvcache; then
   fi
 fi
 if want distributed; then
+  if [ -x "$BUILD/tests/gpu_test_dist_attention" ]; then  # the C++ driver (built by the build stage)
+    step "C++ context parallelism" dist_cpp.log "$BUILD/tests/gpu_test_dist_attention"
+    tail -n 2 "$LOG/dist_cpp.log"
+    step "sanitizer memcheck, C++ context parallelism" sanitizer_memcheck_dist.log compute-sanitizer --tool memcheck \
+      --error-exitcode 1 "$BUILD/tests/gpu_test_dist_attention" --gtest_filter='*InProcess*'
+    grep -E "ERROR SUMMARY|PASSED|FAILED" "$LOG/sanitizer_memcheck_dist.log" | tail -n 3
+  fi
   if install_package; then
     step "pytest distributed" pytest_distributed.log python3 -m pytest tests/python/test_distributed_gpu.py \
       tests/python/test_distributed.py -q -p no:cacheprovider

@@ -2,13 +2,16 @@
 # scripts/multi_gpu.sh - context parallelism on one machine with several GPUs,
 # in one go: installs the Python package built with CUDA (where it is not
 # importable already), checks spattn.distributed over NCCL against one call at
-# 2, 4 and 8 ranks (tests/python/cp_nccl_check.py), then times it next to an
+# 2, 4 and 8 ranks (tests/python/cp_nccl_check.py) and the C++ library's
+# spattn::dist over its own NCCL transport the same way (the example
+# examples/cpp/context_parallel.cpp built against the installed C++ package,
+# launched with torchrun --no-python), then times it next to an
 # all-gather of K/V and PyTorch's context-parallel SDPA (bench/cp_scaling.py)
 # at 1, 2, 4 and 8 GPUs: strong scaling (the same lengths at every GPU count)
 # and weak scaling (the length proportional to the GPU count). World sizes
 # above the number of GPUs `nvidia-smi -L` lists are left out.
 #
-#   scripts/multi_gpu.sh [install] [check] [strong] [weak]   (default: all)
+#   scripts/multi_gpu.sh [install] [check] [cpp] [strong] [weak]   (default: all)
 #
 # Results go to $OUT (default bench/results/cuda-<gpu>/):
 # cp_scaling_strong_p<P>.json, cp_scaling_weak_p<P>.json and the logs packed in
@@ -23,7 +26,7 @@
 # KV_HEADS, HEAD_DIM (default 16, 16, 128), WARMUP, ITERS (default 2, 5),
 # TORCH_ROTATE (torch CP's K/V exchange, alltoall or allgather, default
 # alltoall), CUDA_ARCHS and HEAD_DIMS of the package build (default 90 and
-# 128), WHEELS (folder of the Python build backend's wheels for machines
+# 128; the C++ build of the cpp stage, in build-multi-gpu/, takes head dim 64), WHEELS (folder of the Python build backend's wheels for machines
 # without PyPI, default .whl).
 # NVLink multicast stays off (NCCL_NVLS_ENABLE=0 and its peers, below).
 set -uo pipefail
@@ -41,7 +44,7 @@ OUT=${OUT:-$PWD/bench/results/cuda-$slug}
 LOG=$OUT/multi_gpu_logs
 mkdir -p "$LOG"
 trap 'tar -czf "$OUT/multi_gpu_logs.tgz" -C "$OUT" multi_gpu_logs && rm -rf "$LOG"' EXIT
-default_stages=(install check strong weak)
+default_stages=(install check cpp strong weak)
 # shellcheck source=scripts/stages.sh
 source scripts/stages.sh "$@"
 fits() { [ "$1" -le "$gpus" ]; }  # a world size this machine has GPUs for
@@ -71,6 +74,21 @@ if want check; then
     fits "$p" || continue
     step "NCCL check, $p GPUs" "check_p$p.log" launch "$p" tests/python/cp_nccl_check.py
     grep -E "^(PASS|FAIL)|cases passed|^    " "$LOG/check_p$p.log"
+  done
+fi
+
+if want cpp; then
+  build=build-multi-gpu
+  step "C++ package with NCCL" cpp_build.log bash -c "
+    cmake -S . -B $build -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHS:-90} \
+      -DSPATTN_CUDA_HEAD_DIMS=64 -DSPATTN_NCCL=ON -DSPATTN_BUILD_TESTS=OFF -DSPATTN_BUILD_TOOLS=OFF &&
+    cmake --build $build -j$(nproc) && cmake --install $build --prefix $build/prefix &&
+    cmake -S examples/cpp -B $build/examples -DCMAKE_PREFIX_PATH=$PWD/$build/prefix &&
+    cmake --build $build/examples -j$(nproc) --target context_parallel"
+  for p in ${CHECK_WORLDS:-2 4 8}; do
+    fits "$p" || continue
+    step "C++ NCCL check, $p GPUs" "cpp_check_p$p.log" launch "$p" --no-python "$build/examples/context_parallel" --nccl
+    grep -E "rank|context_parallel" "$LOG/cpp_check_p$p.log"
   done
 fi
 

@@ -19,6 +19,6 @@ done
 "$cmake" -S "$source/examples/cpp" -B "$work/examples" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$work/prefix" >"$work/configure.log"
 "$cmake" --build "$work/examples" -j1 >"$work/build.log"
-for example in pattern_attention varlen_attention dynamic_selection attention_backward; do
+for example in pattern_attention varlen_attention dynamic_selection attention_backward context_parallel; do
   "$work/examples/$example"
 done

@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+import spattn
 from spattn import distributed as sd
 from cp_cases import inputs, make_mask, minimum_bytes, rank_step, reference, run_ranks
 
@@ -91,6 +92,35 @@ def test_rows_without_keys_give_zero_and_no_nan():
     out, lse, dq = results[0][0][:3]
     assert torch.all(out[:, :, :64] == 0) and torch.all(lse[:, :, :64] == float("-inf"))
     assert torch.isfinite(dq).all()
+
+
+def test_the_lse_is_differentiable_and_only_q_k_v_outputs_are_kept():
+    """A loss on both outputs (out and LSE): the gradients equal one call's; the saved tensors of
+    the rank's graph are q, k, v, out and lse alone (no received rows, no partial results)."""
+    L, world = 250, 3
+    mask = make_mask("causal", L, 2)
+    q, k, v, d_out = inputs(L, 2, 1, seed=11)
+    w = torch.randn(1, 2, L, dtype=torch.float64, generator=torch.Generator().manual_seed(12))
+    qa, ka, va = (t.clone().requires_grad_() for t in (q, k, v))
+    out, lse = spattn.attention(qa, ka, va, mask, return_lse=True)
+    ((out * d_out).sum() + (lse * w).sum()).backward()
+    want = (qa.grad, ka.grad, va.grad)
+
+    def step(t):
+        layout = sd.ShardLayout("zigzag", L, world, mask.block_size[1])
+        q_r, k_r, v_r = (sd.shard(x, layout, t).clone().requires_grad_() for x in (q, k, v))
+        d_r, w_r = sd.shard(d_out, layout, t), sd.shard(w.unsqueeze(-1), layout, t).squeeze(-1)
+        out_r, lse_r = sd.attention(q_r, k_r, v_r, mask, group=t, layout=layout, return_lse=True)
+        saved = {tuple(x.shape) for x in out_r.grad_fn.saved_tensors}
+        ((out_r * d_r).sum() + (lse_r * w_r).sum()).backward()
+        grads = [sd.unshard(g, layout, t) for g in (q_r.grad, k_r.grad, v_r.grad)]
+        return grads, saved, {tuple(x.shape) for x in (q_r, k_r, out_r, lse_r)}
+
+    for grads, saved, own in sd.InProcessGroup(world).run(step):
+        assert saved <= own, f"the graph keeps tensors of shapes {saved - own} besides q, k, v, out and lse"
+        for name, got, expected in zip(("dq", "dk", "dv"), grads, want):
+            err = (got - expected).abs().max().item()
+            assert err <= 2e-6, f"{name} differs by {err}"
 
 
 def test_bad_arguments_name_the_parameter():

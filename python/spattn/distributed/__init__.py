@@ -8,10 +8,10 @@ tensors between the global order and the shards; ``ShardLayout`` says which
 chunks each rank holds. Transports: a torch.distributed process group (gloo,
 NCCL) or an ``InProcessGroup`` of threads for tests on one machine.
 """
-from spattn.distributed.attention import attention, merge_partials, plan_for
+from spattn.distributed.attention import attention, plan_for
 from spattn.distributed.layout import ShardLayout, shard, unshard
 from spattn.distributed.plan import ContextParallelPlan, SequenceMask
 from spattn.distributed.transport import InProcessGroup, TorchTransport, Transport
 
-__all__ = ["attention", "merge_partials", "plan_for", "ShardLayout", "shard", "unshard", "ContextParallelPlan",
+__all__ = ["attention", "plan_for", "ShardLayout", "shard", "unshard", "ContextParallelPlan",
            "SequenceMask", "InProcessGroup", "TorchTransport", "Transport"]

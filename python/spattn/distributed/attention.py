@@ -3,88 +3,136 @@
 Each rank passes its shard of q, k and v (``shard`` of the global tensors,
 (B, H, L_rank, D)) and the global mask. The rank sends the key and value rows
 its peers' queries need (and only those: ContextParallelPlan), receives the
-rows its own queries need, attends to its own and the received rows (one
-spattn.attention call per query chunk and key stretch, the pattern framed at
-their places in the sequence), and merges the partial results by their LSE in
-float32. The result is this rank's shard of the output (and LSE): exactly the
-rows one spattn.attention call over the whole sequence would give there.
+rows its own queries need, attends to its own rows while the others travel and
+to each peer's rows as their stage arrives (one attention call per query chunk
+and key stretch, the pattern framed at their places in the sequence), and
+merges the partial results into one float32 accumulator by their LSE. The
+result is this rank's shard of the output (and LSE): exactly the rows one
+spattn.attention call over the whole sequence would give there.
 
-Gradients flow back along the same routes: dQ stays with its rank; the
-gradients of received K and V rows go back to their owners, which add them in
-rank order (deterministic).
+Only q, k, v, the output and the LSE are kept for the backward, which
+exchanges the K/V rows again and computes each call's gradients under the
+merged output and LSE (a call's pairs weigh exp(s - lse) of the whole row).
+dQ stays with its rank; the gradients of received rows go back to their
+owners, which add them in rank order (deterministic). The same algorithm as
+the C++ library's spattn::dist::attention (spattn/dist_attention.hpp).
 """
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Optional, Tuple
+from typing import Optional
 
 import torch
 
-from spattn.attention import attention as _attention
+from spattn._ops import ops
+from spattn.attention import _check_options, _mask_on
 from spattn.block_mask import BlockMask
 from spattn.distributed.layout import ShardLayout
 from spattn.distributed.plan import ContextParallelPlan, RankPlan, SequenceMask
 from spattn.distributed.transport import Transport, exchange_order, transport_for
 
 
-class _Exchange(torch.autograd.Function):
-    """K and V rows to the peers that need them, and back for the gradients.
+def _start_kv_exchange(transport: Transport, plan: RankPlan, k: torch.Tensor, v: torch.Tensor):
+    """Sends each peer the K/V rows it needs, as one (2, B, Hkv, rows, D) buffer; returns the
+    buffers being received from each peer and the exchange under way (wait(peer) before reading)."""
+    B, Hkv, _, D = k.shape
+    sends = {s: torch.stack((k.index_select(2, rows.to(k.device)), v.index_select(2, rows.to(k.device))))
+             for s, rows in plan.send_rows.items() if rows.numel()}
+    recvs = {s: k.new_empty((2, B, Hkv, n, D)) for s, n in plan.recv_rows.items()}
+    return recvs, transport.start_exchange(sends, recvs)
 
-    Returns k and v themselves (so that a rank's backward always runs the
-    exchange its peers wait for) followed by the (2, B, Hkv, rows, D) K/V
-    buffer to be received from each peer, in peer order; the exchange runs on,
-    and `pending` gets the handle to wait on before reading those buffers."""
+
+def _ordered_calls(plan: RankPlan, transport: Transport):
+    """The rank's calls, those over its own rows first, then by exchange stage."""
+    stage = {peer: n for n, peer in enumerate(exchange_order(transport.rank, transport.world_size))}
+    return sorted(plan.calls, key=lambda c: -1 if c.peer is None else stage[c.peer])
+
+
+def _call_kv(call, k: torch.Tensor, v: torch.Tensor, received, exchange):
+    """The keys and values of a call, once they may be read."""
+    if call.peer is None:
+        return k.narrow(2, call.k_offset, call.k_len), v.narrow(2, call.k_offset, call.k_len)
+    exchange.wait(call.peer)
+    kv = received[call.peer].narrow(3, call.k_offset, call.k_len)
+    return kv[0], kv[1]
+
+
+def _merge_into(acc_out: torch.Tensor, acc_lse: torch.Tensor, out: torch.Tensor, lse: torch.Tensor) -> None:
+    """Merges a partial result (out, lse) of the same rows over other keys into (acc_out, acc_lse),
+    in place: lse = log(e^acc_lse + e^lse), acc_out = e^(acc_lse - lse) acc_out + e^(lse_part - lse) out.
+    A side whose LSE is -inf weighs 0; a NaN LSE makes the row NaN."""
+    lse = lse.to(acc_lse.dtype)
+    top = torch.maximum(acc_lse, lse)
+    top = torch.where(torch.isinf(top) & (top < 0), torch.zeros_like(top), top)
+    w_acc, w_new = torch.exp(acc_lse - top), torch.exp(lse - top)
+    total = w_acc + w_new
+    some = total > 0
+    safe = torch.where(some, total, torch.ones_like(total))
+    acc_out.mul_((w_acc / safe).unsqueeze(-1)).add_((w_new / safe).unsqueeze(-1) * out.to(acc_out.dtype))
+    nan = torch.isnan(acc_lse) | torch.isnan(lse)
+    acc_lse.copy_(torch.where(some, top + torch.log(safe), torch.full_like(total, float("-inf"))))
+    acc_lse.masked_fill_(nan, float("nan"))
+
+
+class _ContextParallelAttention(torch.autograd.Function):
+    """This rank's output and LSE (forward), and the gradients of its q, k, v shards (backward)."""
 
     @staticmethod
-    def forward(ctx, transport: Transport, rank_plan: RankPlan, pending: list, k: torch.Tensor, v: torch.Tensor):
+    def forward(ctx, q, k, v, transport: Transport, plan: RankPlan, scale: Optional[float], backend: str):
+        B, H, L, D = q.shape
+        acc = torch.promote_types(q.dtype, torch.float32)
+        received, exchange = _start_kv_exchange(transport, plan, k, v)
+        acc_out = q.new_zeros((B, H, L, D), dtype=acc)
+        acc_lse = q.new_full((B, H, L), float("-inf"), dtype=acc)
+        for call in _ordered_calls(plan, transport):
+            k_call, v_call = _call_kv(call, k, v, received, exchange)
+            out, lse = ops.attention(q.narrow(2, call.q_offset, call.q_len), k_call, v_call,
+                                     _mask_on(call.mask, q.device), scale, backend)
+            _merge_into(acc_out.narrow(2, call.q_offset, call.q_len), acc_lse.narrow(2, call.q_offset, call.q_len),
+                        out, lse)
+        exchange.wait()  # the sends, and peers no call read
+        out, lse = acc_out.to(q.dtype), acc_lse.float()
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.transport, ctx.plan, ctx.scale, ctx.backend = transport, plan, scale, backend
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, d_out, d_lse):
+        q, k, v, out, lse = ctx.saved_tensors
+        transport, plan = ctx.transport, ctx.plan
+        d_out = torch.zeros_like(out) if d_out is None else d_out.contiguous()
+        d_lse = torch.zeros_like(lse) if d_lse is None else d_lse.contiguous()
+        acc = torch.promote_types(q.dtype, torch.float32)
         B, Hkv, _, D = k.shape
-        sends = {s: torch.stack((k.index_select(2, rows.to(k.device)), v.index_select(2, rows.to(k.device))))
-                 for s, rows in rank_plan.send_rows.items() if rows.numel()}
-        recvs = {s: k.new_empty((2, B, Hkv, n, D)) for s, n in rank_plan.recv_rows.items()}
-        pending.append(transport.start_exchange(sends, recvs))  # the caller waits before reading them
-        ctx.transport, ctx.rank_plan = transport, rank_plan
-        ctx.kv_shape = k.shape
-        ctx.peers = sorted(recvs)
-        return (k.view_as(k), v.view_as(v)) + tuple(recvs[s] for s in ctx.peers)
-
-    @staticmethod
-    def backward(ctx, dk_local, dv_local, *d_received):
-        plan: RankPlan = ctx.rank_plan
-        like = dk_local if dk_local is not None else dv_local
-        if like is None:
-            like = next(g for g in d_received if g is not None)
-        B, Hkv, _, D = ctx.kv_shape
-        sends = {s: g.contiguous() if g is not None else like.new_zeros((2, B, Hkv, plan.recv_rows[s], D))
-                 for s, g in zip(ctx.peers, d_received) if plan.recv_rows[s]}
-        recvs = {s: like.new_empty((2, B, Hkv, rows.numel(), D)) for s, rows in plan.send_rows.items() if rows.numel()}
-        ctx.transport.exchange(sends, recvs)
-        dk = dk_local.clone() if dk_local is not None else like.new_zeros(ctx.kv_shape)
-        dv = dv_local.clone() if dv_local is not None else like.new_zeros(ctx.kv_shape)
+        received, exchange = _start_kv_exchange(transport, plan, k, v)
+        dq = torch.zeros(q.shape, dtype=acc, device=q.device)
+        dk = torch.zeros(k.shape, dtype=acc, device=k.device)
+        dv = torch.zeros_like(dk)
+        d_received = {s: k.new_zeros((2, B, Hkv, n, D), dtype=acc) for s, n in plan.recv_rows.items()}
+        for call in _ordered_calls(plan, transport):
+            k_call, v_call = _call_kv(call, k, v, received, exchange)
+            rows = slice(call.q_offset, call.q_offset + call.q_len)
+            dq_c, dk_c, dv_c = ops.attention_backward(
+                d_out[:, :, rows], d_lse[:, :, rows], q[:, :, rows], k_call, v_call, out[:, :, rows], lse[:, :, rows],
+                _mask_on(call.mask, q.device), ctx.scale, ctx.backend)
+            dq[:, :, rows] += dq_c
+            keys = slice(call.k_offset, call.k_offset + call.k_len)
+            if call.peer is None:
+                dk[:, :, keys] += dk_c
+                dv[:, :, keys] += dv_c
+            else:
+                d_received[call.peer][0][:, :, keys] += dk_c
+                d_received[call.peer][1][:, :, keys] += dv_c
+        exchange.wait()
+        # The received rows' gradients go back to their owners, in the inputs' dtype.
+        sends = {s: g.to(k.dtype) for s, g in d_received.items() if g.shape[3]}
+        recvs = {s: k.new_empty((2, B, Hkv, rows.numel(), D)) for s, rows in plan.send_rows.items() if rows.numel()}
+        transport.exchange(sends, recvs)
         for s in sorted(recvs):  # a fixed order: the sums are the same run after run
             rows = plan.send_rows[s].to(dk.device)
-            dk.index_add_(2, rows, recvs[s][0])
-            dv.index_add_(2, rows, recvs[s][1])
-        return None, None, None, dk, dv
-
-
-def merge_partials(parts, like: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Partial (out, lse) pairs of the same query rows merged in float32 (float64 for float64
-    inputs): lse = log(sum(exp(lse_s))), out = sum(exp(lse_s - lse) * out_s). Rows no part
-    allows give 0 and -inf. Returns the merged out in that precision and the float32 LSE."""
-    B, H, L, D = like.shape
-    acc = torch.promote_types(like.dtype, torch.float32)
-    if not parts:
-        return like.new_zeros((B, H, L, D), dtype=acc), like.new_full((B, H, L), float("-inf"), dtype=torch.float32)
-    lse = torch.stack([p[1] for p in parts]).to(acc)
-    top = lse.amax(0)
-    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
-    weights = torch.exp(lse - top)
-    total = weights.sum(0)
-    some = total > 0
-    safe_total = torch.where(some, total, torch.ones_like(total))
-    merged_lse = torch.where(some, top + torch.log(safe_total), torch.full_like(total, float("-inf")))
-    out = sum((w / safe_total).unsqueeze(-1) * o.to(acc) for w, (o, _) in zip(weights, parts))
-    return out, merged_lse.float()
+            dk.index_add_(2, rows, recvs[s][0].to(acc))
+            dv.index_add_(2, rows, recvs[s][1].to(acc))
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None
 
 
 _PLANS: "OrderedDict[tuple, ContextParallelPlan]" = OrderedDict()
@@ -137,28 +185,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: BlockMask
             raise ValueError(f"{name} must be a 4-D tensor (batch, heads, L_rank, head_dim)")
         if t.shape[2] != local:
             raise ValueError(f"{name} has {t.shape[2]} rows but rank {transport.rank}'s shard of {layout} holds {local}")
+    _check_options(scale, backend, return_lse)
     rank_plan = plan_for(mask, layout, q.shape[1]).rank(transport.rank)
-    pending = []
-    k_own, v_own, *received = _Exchange.apply(transport, rank_plan, pending, k, v)
-    buffers = dict(zip(sorted(rank_plan.recv_rows), received))
-    parts = [[] for _ in rank_plan.pieces]
-    # The rank's own chunks first, then each peer's rows as their stage arrives.
-    stage = {peer: n for n, peer in enumerate(exchange_order(transport.rank, transport.world_size))}
-    exchange = pending[0]
-    for call in sorted(rank_plan.calls, key=lambda c: -1 if c.peer is None else stage[c.peer]):
-        if call.peer is None:
-            k_part, v_part = k_own.narrow(2, call.k_offset, call.k_len), v_own.narrow(2, call.k_offset, call.k_len)
-        else:
-            exchange.wait(call.peer)
-            kv = buffers[call.peer].narrow(3, call.k_offset, call.k_len)
-            k_part, v_part = kv[0], kv[1]
-        q_part = q.narrow(2, call.q_offset, call.q_len)
-        parts[call.piece].append(_attention(q_part, k_part, v_part, call.mask, scale=scale, return_lse=True,
-                                            backend=backend))
-    exchange.wait()  # the sends, and peers no call read
-    merged = [merge_partials(p, q.narrow(2, rank_plan.q_offsets[a], rank_plan.q_offsets[a + 1] -
-                                         rank_plan.q_offsets[a])) for a, p in enumerate(parts)]
-    out = torch.cat([m[0] for m in merged], dim=2).to(q.dtype)
-    if not return_lse:
-        return out
-    return out, torch.cat([m[1] for m in merged], dim=2)
+    out, lse = _ContextParallelAttention.apply(q, k, v, transport, rank_plan,
+                                               None if scale is None else float(scale), backend)
+    return (out, lse) if return_lse else out

@@ -129,9 +129,7 @@ class RankPlan:
         for piece, q_offset, q_len, q_start, peer, k_offset, k_len, k_start in plan._calls.get(rank, []):
             framed = plan.pattern.framed(q_start, k_start, lay.seq_len, lay.seq_len)
             mask = BlockMask.from_pattern(framed, q_len, k_len, plan.block_size, num_heads=plan.num_heads)
-            # Every rank keeps its first call, so that its backward always reaches the
-            # exchange (its peers wait there for its gradients).
-            if mask.num_blocks or not self.calls:
+            if mask.num_blocks:
                 self.calls.append(Call(piece, q_offset, q_len, None if peer < 0 else peer, k_offset, k_len, k_start,
                                        mask))
         self.pieces = mine

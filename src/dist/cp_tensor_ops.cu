@@ -164,7 +164,11 @@ std::shared_ptr<void> device_allocate(int64_t bytes) {
 }
 
 void device_copy_bytes(void* dst, const void* src, int64_t bytes) {
-  check_cuda(cudaMemcpy(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault), "context parallelism: cudaMemcpy");
+  // cudaMemcpy may return before a device-to-device copy ends: wait for it,
+  // so that work on any stream may read dst afterwards.
+  check_cuda(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault, nullptr),
+             "context parallelism: cudaMemcpyAsync");
+  check_cuda(cudaStreamSynchronize(nullptr), "context parallelism: cudaStreamSynchronize");
 }
 
 void device_synchronize(void* stream) {

@@ -4,19 +4,20 @@
 //
 // A rank sends the key and value rows its peers' queries keep (and only
 // those: ContextParallelPlan, spattn/dist.hpp), receives the rows its own
-// queries keep, attends to its own rows while the others travel and to each
-// peer's rows as that stage arrives (one attention() call per query chunk and
-// key stretch, the pattern framed at their places in the sequence), and merges
-// the partial results by their LSE in fp32. The result is exactly this rank's
-// rows of one attention() call over the whole sequence.
+// queries keep, attends to its own rows while the first two stages travel and
+// to each stage's rows as they arrive (one attention() call per query chunk
+// and key stretch, the pattern framed at their places in the sequence), and
+// merges the partial results by their LSE in fp32 into one accumulator. The
+// result is exactly this rank's rows of one attention() call over the whole
+// sequence. A rank holds two stages' rows at a time, not every peer's.
 //
 // The backward exchanges the same K/V rows again (nothing is kept between the
 // passes), computes each call's gradients from the merged output and LSE (the
 // softmax of a call's pairs under the whole row's LSE is their share of the
-// row), accumulates dQ locally and the gradients of received rows per peer,
-// sends those back to their owners, which add them in rank order: fp32
-// accumulation, the same sums run after run. Bytes per backward: twice the
-// forward's (K/V there, their gradients back).
+// row), accumulates dQ locally, and sends each stage's received rows'
+// gradients back to their owner once the stage's calls are done; owners add
+// them in stage order: fp32 accumulation, the same sums run after run. Bytes
+// per backward: twice the forward's (K/V there, their gradients back).
 //
 // Host tensors run on the host backends, device tensors on the CUDA backend
 // (options.backend as for attention()); the transport must take the tensors'
@@ -34,12 +35,16 @@
 
 namespace spattn::dist {
 
-// One rank's part of a ContextParallelPlan, ready to run.
+// One rank's part of a ContextParallelPlan, ready to run. The exchange runs
+// in stages d = 1 .. P-1: at stage d the rank sends to stage_to(d) = rank + d
+// and receives from stage_from(d) = rank - d (mod P), two stages in flight, so
+// a rank holds at most two stages' rows at a time.
 class RankPlan {
  public:
   struct Call {
     CallSpec spec;
     BlockMask mask;  // the pattern framed at the call, q_len x k_len, blocks block_q x the layout's block
+    int64_t stage;   // 0: over the rank's own rows; d: over the rows of stage d
   };
 
   // Builds the masks of `rank`'s calls (those that keep some pair), with
@@ -50,14 +55,20 @@ class RankPlan {
   const ShardLayout& layout() const { return layout_; }
   int64_t num_heads() const { return num_heads_; }
   int64_t local_len() const { return layout_.local_len(rank_); }
-  // The calls, those over the rank's own rows first, then by exchange stage.
+  // The calls in stage order.
   const std::vector<Call>& calls() const { return calls_; }
+  int64_t num_stages() const { return layout_.world_size() - 1; }
+  int64_t stage_to(int64_t stage) const;
+  int64_t stage_from(int64_t stage) const;
   // What this rank sends to `peer`: rows [source, source + length) of its
   // shard to rows [offset, offset + length) of the peer's buffer.
   const std::vector<KeyRun>& sends(int64_t peer) const;
   int64_t rows_to(int64_t peer) const;
   int64_t rows_from(int64_t peer) const;
-  // The longest query chunk and key stretch of a call.
+  // The most rows of one stage, sent and received; the longest query chunk
+  // and key stretch of a call.
+  int64_t max_rows_to() const { return max_rows_to_; }
+  int64_t max_rows_from() const { return max_rows_from_; }
   int64_t max_q_len() const { return max_q_len_; }
   int64_t max_k_len() const { return max_k_len_; }
 
@@ -68,7 +79,7 @@ class RankPlan {
   std::vector<Call> calls_;
   std::vector<std::vector<KeyRun>> sends_;
   std::vector<int64_t> rows_to_, rows_from_;
-  int64_t max_q_len_ = 0, max_k_len_ = 0;
+  int64_t max_rows_to_ = 0, max_rows_from_ = 0, max_q_len_ = 0, max_k_len_ = 0;
 };
 
 // This rank's shard of attention(q_all, k_all, v_all, out_all, mask) over the

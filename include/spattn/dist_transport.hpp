@@ -5,10 +5,9 @@
 // passes the messages it sends and the buffers it receives into, matching its
 // peers' (what rank a sends to b, b receives from a, the same number of
 // bytes), the ranks' calls in the same order. Buffers are host or device
-// memory as the transport takes them. The exchange runs in stages
-// (exchange_order): at stage d every rank sends to rank + d and receives from
-// rank - d (mod P), so each stage pairs ranks consistently and the first
-// stage's rows can be used while the later ones are still on the wire.
+// memory as the transport takes them. Context-parallel attention starts one
+// exchange per stage (spattn/dist_attention.hpp): a message to one peer and
+// one from another.
 //
 //   InProcessGroup   the ranks as threads of one process (tests, one device);
 //                    host and device buffers.
@@ -69,9 +68,6 @@ class Transport {
  private:
   int64_t bytes_sent_ = 0;
 };
-
-// The peers `rank` receives from, stage by stage: rank - 1, rank - 2, ... (mod P).
-std::vector<int64_t> exchange_order(int64_t rank, int64_t world_size);
 
 // world_size ranks as threads of this process. A receiver copies straight
 // from its peer's send buffer (cudaMemcpy for device memory); a rank's

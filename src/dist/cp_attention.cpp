@@ -1,8 +1,8 @@
-// dist/cp_attention.cpp - context-parallel attention (spattn/dist_attention.hpp):
-// a rank's plan (RankPlan: its calls' masks, what it sends and receives), the
-// forward (pack, exchange, attend stage by stage, merge by LSE) and the
-// backward (exchange again, per-call gradients under the merged LSE, the
-// received rows' gradients back to their owners).
+// dist/cp_attention.cpp - context-parallel attention (spattn/dist_attention.hpp)
+// on a RankPlan: the forward (pack, exchange stage by stage with two stages in
+// flight, attend, merge by LSE) and the backward (the same exchange, per-call
+// gradients under the merged LSE, each stage's received rows' gradients back
+// to their owner as soon as the stage's calls are done).
 #include <algorithm>
 #include <memory>
 
@@ -11,53 +11,6 @@
 #include "spattn/error.hpp"
 
 namespace spattn::dist {
-
-// ---- RankPlan ----
-
-RankPlan::RankPlan(const ContextParallelPlan& plan, int64_t rank, int64_t block_q)
-    : rank_(rank), layout_(plan.layout()), num_heads_(plan.num_heads()) {
-  const int64_t world = layout_.world_size();
-  require(rank >= 0 && rank < world, "rank must be in [0, ", world, "), got ", rank);
-  require(block_q >= 1, "block_q must be >= 1, got ", block_q);
-  std::vector<int64_t> stage(static_cast<size_t>(world), 0);  // own rows: stage 0
-  const std::vector<int64_t> order = exchange_order(rank, world);
-  for (size_t s = 0; s < order.size(); ++s) stage[static_cast<size_t>(order[s])] = static_cast<int64_t>(s) + 1;
-  std::vector<CallSpec> specs = plan.calls(rank);
-  std::stable_sort(specs.begin(), specs.end(), [&](const CallSpec& a, const CallSpec& b) {
-    return stage[static_cast<size_t>(a.peer < 0 ? rank : a.peer)] < stage[static_cast<size_t>(b.peer < 0 ? rank : b.peer)];
-  });
-  const int64_t L = layout_.seq_len();
-  for (const CallSpec& s : specs) {
-    const Pattern framed = plan.pattern().framed(s.q_start, s.k_start, L, L);
-    BlockMask mask = BlockMask::build(framed, MaskShape{s.q_len, s.k_len, block_q, layout_.block(), num_heads_});
-    if (mask.num_blocks() == 0) continue;
-    max_q_len_ = std::max(max_q_len_, s.q_len);
-    max_k_len_ = std::max(max_k_len_, s.k_len);
-    calls_.push_back(Call{s, std::move(mask)});
-  }
-  sends_.resize(static_cast<size_t>(world));
-  rows_to_.assign(static_cast<size_t>(world), 0);
-  rows_from_.assign(static_cast<size_t>(world), 0);
-  for (int64_t p = 0; p < world; ++p) {
-    if (p == rank) continue;
-    sends_[static_cast<size_t>(p)] = plan.runs(p, rank);
-    rows_to_[static_cast<size_t>(p)] = plan.rows_received(p, rank);
-    rows_from_[static_cast<size_t>(p)] = plan.rows_received(rank, p);
-  }
-}
-
-const std::vector<KeyRun>& RankPlan::sends(int64_t peer) const {
-  require(peer >= 0 && peer < layout_.world_size(), "peer must be in [0, ", layout_.world_size(), "), got ", peer);
-  return sends_[static_cast<size_t>(peer)];
-}
-int64_t RankPlan::rows_to(int64_t peer) const {
-  sends(peer);  // checks the peer
-  return rows_to_[static_cast<size_t>(peer)];
-}
-int64_t RankPlan::rows_from(int64_t peer) const {
-  sends(peer);
-  return rows_from_[static_cast<size_t>(peer)];
-}
 
 namespace {
 
@@ -80,6 +33,15 @@ struct Buffer {
     return t;
   }
   int64_t bytes(int64_t parts) const { return parts * view.numel() * dtype_size(view.dtype); }
+  // The buffer's memory seen as `rows` rows (at most its own): part `i` and all parts' bytes.
+  TensorView rows_part(int64_t rows, int64_t i) const {
+    TensorView t = make_bhld(memory.get(), view.dtype, view.shape[0], view.shape[1], rows, view.shape[3]);
+    t.data = static_cast<unsigned char*>(memory.get()) + i * t.numel() * dtype_size(view.dtype);
+    return t;
+  }
+  int64_t rows_bytes(int64_t rows, int64_t parts) const {
+    return parts * view.shape[0] * view.shape[1] * rows * view.shape[3] * dtype_size(view.dtype);
+  }
 };
 
 void check_rank_tensor(const TensorView& t, const char* name, int64_t B, int64_t H, int64_t L, int64_t D) {
@@ -114,41 +76,111 @@ RankShape check_inputs(const TensorView& q, const TensorView& k, const TensorVie
   return s;
 }
 
-// The K/V rows of one exchange: packed per peer from this rank's k and v,
-// and the buffers the peers' rows arrive in; started on construction.
-struct KvExchange {
-  std::vector<Buffer> out, in;  // per peer
-  std::unique_ptr<Exchange> exchange;
-
-  KvExchange(const TensorView& k, const TensorView& v, const RankShape& s, const RankPlan& plan, Transport& transport,
-             void* stream) {
-    const int64_t world = plan.layout().world_size();
-    out.resize(static_cast<size_t>(world));
-    in.resize(static_cast<size_t>(world));
-    std::vector<Message> sends, recvs;
-    for (int64_t p = 0; p < world; ++p) {
-      if (p == plan.rank()) continue;
-      Buffer& o = out[static_cast<size_t>(p)];
-      o = Buffer::make(k.dtype, s.B, s.Hkv, plan.rows_to(p), s.D, s.device, 2);
-      for (const KeyRun& run : plan.sends(p)) {
-        detail::convert(seq_slice(o.part(0), run.offset, run.length), seq_slice(k, run.source, run.length), stream);
-        detail::convert(seq_slice(o.part(1), run.offset, run.length), seq_slice(v, run.source, run.length), stream);
-      }
-      Buffer& i = in[static_cast<size_t>(p)];
-      i = Buffer::make(k.dtype, s.B, s.Hkv, plan.rows_from(p), s.D, s.device, 2);
-      sends.push_back(Message{p, o.memory.get(), o.bytes(2)});
-      recvs.push_back(Message{p, i.memory.get(), i.bytes(2)});
+// The K/V rows of the exchange stages, two in flight: stage d's rows for
+// stage_to(d) are packed into, and those from stage_from(d) arrive in, slot
+// d % 2; end(d) waits for the stage and starts stage d + 2 in its slot.
+class KvStages {
+ public:
+  KvStages(const TensorView& k, const TensorView& v, const RankShape& s, const RankPlan& plan, Transport& transport,
+           void* stream)
+      : k_(k), v_(v), plan_(plan), transport_(transport), stream_(stream) {
+    for (int slot = 0; slot < 2; ++slot) {
+      out_[slot] = Buffer::make(k.dtype, s.B, s.Hkv, plan.max_rows_to(), s.D, s.device, 2);
+      in_[slot] = Buffer::make(k.dtype, s.B, s.Hkv, plan.max_rows_from(), s.D, s.device, 2);
     }
-    exchange = transport.start(sends, recvs, stream);
+    start(1);
+    start(2);
   }
 
-  // The keys (part 0) or values (part 1) of a call, once they may be read.
-  TensorView keys(const RankPlan::Call& call, const TensorView& own, int64_t part) {
+  // The keys (part 0) or values (part 1) of `call`, once they may be read.
+  TensorView rows(const RankPlan::Call& call, const TensorView& own, int64_t part) {
     const CallSpec& c = call.spec;
-    if (c.peer < 0) return seq_slice(own, c.k_offset, c.k_len);
-    exchange->wait(c.peer);
-    return seq_slice(in[static_cast<size_t>(c.peer)].part(part), c.k_offset, c.k_len);
+    if (call.stage == 0) return seq_slice(own, c.k_offset, c.k_len);
+    pending_[call.stage % 2]->wait(c.peer);
+    return seq_slice(in_[call.stage % 2].rows_part(plan_.rows_from(c.peer), part), c.k_offset, c.k_len);
   }
+
+  void end(int64_t d) {
+    pending_[d % 2]->finish();
+    pending_[d % 2].reset();
+    start(d + 2);
+  }
+
+ private:
+  void start(int64_t d) {
+    if (d > plan_.num_stages()) return;
+    const int64_t to = plan_.stage_to(d), from = plan_.stage_from(d), slot = d % 2;
+    const Buffer& o = out_[slot];
+    const int64_t n_to = plan_.rows_to(to), n_from = plan_.rows_from(from);
+    for (const KeyRun& run : plan_.sends(to)) {
+      detail::convert(seq_slice(o.rows_part(n_to, 0), run.offset, run.length), seq_slice(k_, run.source, run.length),
+                      stream_);
+      detail::convert(seq_slice(o.rows_part(n_to, 1), run.offset, run.length), seq_slice(v_, run.source, run.length),
+                      stream_);
+    }
+    pending_[slot] = transport_.start({Message{to, o.memory.get(), o.rows_bytes(n_to, 2)}},
+                                      {Message{from, in_[slot].memory.get(), in_[slot].rows_bytes(n_from, 2)}}, stream_);
+  }
+
+  TensorView k_, v_;
+  const RankPlan& plan_;
+  Transport& transport_;
+  void* stream_;
+  Buffer out_[2], in_[2];
+  std::unique_ptr<Exchange> pending_[2];
+};
+
+// The gradients of each stage's received rows (fp32, slot d % 2), sent back
+// to their owner (stage_from(d)) once the stage's calls are done, while this
+// rank receives those of the rows it sent at stage d (from stage_to(d)).
+class GradReturns {
+ public:
+  GradReturns(DType dtype, const RankShape& s, const RankPlan& plan, Transport& transport, void* stream)
+      : plan_(plan), transport_(transport), stream_(stream) {
+    for (int slot = 0; slot < 2; ++slot) {
+      sums_[slot] = Buffer::make(DType::F32, s.B, s.Hkv, plan.max_rows_from(), s.D, s.device, 2);
+      out_[slot] = Buffer::make(dtype, s.B, s.Hkv, plan.max_rows_from(), s.D, s.device, 2);
+      in_[slot] = Buffer::make(dtype, s.B, s.Hkv, plan.max_rows_to(), s.D, s.device, 2);
+    }
+  }
+
+  // Stage d's sums of dK (part 0) and dV (part 1), zeroed by begin(d).
+  TensorView sums(int64_t d, int64_t part) const {
+    return sums_[d % 2].rows_part(plan_.rows_from(plan_.stage_from(d)), part);
+  }
+  void begin(int64_t d) {
+    detail::fill(sums(d, 0), 0.0, stream_);
+    detail::fill(sums(d, 1), 0.0, stream_);
+  }
+  // Sends stage d's sums (in the inputs' dtype) and starts receiving its returns.
+  void send(int64_t d) {
+    const int64_t from = plan_.stage_from(d), to = plan_.stage_to(d), slot = d % 2;
+    const int64_t n_from = plan_.rows_from(from), n_to = plan_.rows_to(to);
+    detail::convert(out_[slot].rows_part(n_from, 0), sums(d, 0), stream_);
+    detail::convert(out_[slot].rows_part(n_from, 1), sums(d, 1), stream_);
+    pending_[slot] = transport_.start({Message{from, out_[slot].memory.get(), out_[slot].rows_bytes(n_from, 2)}},
+                                      {Message{to, in_[slot].memory.get(), in_[slot].rows_bytes(n_to, 2)}}, stream_);
+  }
+  // Adds the gradients stage d returned into dk and dv (fp32) at the rows sent then.
+  void add_returned(int64_t d, const TensorView& dk, const TensorView& dv) {
+    const int64_t to = plan_.stage_to(d), slot = d % 2, n_to = plan_.rows_to(to);
+    pending_[slot]->wait(to);
+    for (const KeyRun& run : plan_.sends(to)) {
+      detail::add_into(seq_slice(dk, run.source, run.length),
+                       seq_slice(in_[slot].rows_part(n_to, 0), run.offset, run.length), stream_);
+      detail::add_into(seq_slice(dv, run.source, run.length),
+                       seq_slice(in_[slot].rows_part(n_to, 1), run.offset, run.length), stream_);
+    }
+    pending_[slot]->finish();
+    pending_[slot].reset();
+  }
+
+ private:
+  const RankPlan& plan_;
+  Transport& transport_;
+  void* stream_;
+  Buffer sums_[2], out_[2], in_[2];
+  std::unique_ptr<Exchange> pending_[2];
 };
 
 }  // namespace
@@ -162,22 +194,25 @@ void attention(const TensorView& q, const TensorView& k, const TensorView& v, co
     require(lse->dtype == DType::F32, "context parallelism: lse must be fp32");
   }
   void* stream = options.stream;
-  KvExchange kv(k, v, s, plan, transport, stream);
+  KvStages kv(k, v, s, plan, transport, stream);
   Buffer acc = Buffer::make(DType::F32, s.B, s.Hq, s.L, s.D, s.device);
   Buffer acc_lse = Buffer::make(DType::F32, s.B, s.Hq, s.L, 1, s.device);
   Buffer part = Buffer::make(DType::F32, s.B, s.Hq, plan.max_q_len(), s.D, s.device);
   Buffer part_lse = Buffer::make(DType::F32, s.B, s.Hq, plan.max_q_len(), 1, s.device);
   detail::fill(acc.view, 0.0, stream);
   detail::fill(acc_lse.view, -INFINITY, stream);
-  for (const RankPlan::Call& call : plan.calls()) {
-    const CallSpec& c = call.spec;
-    const TensorView k_call = kv.keys(call, k, 0), v_call = kv.keys(call, v, 1);
-    const TensorView out_part = seq_slice(part.view, 0, c.q_len), lse_part = seq_slice(part_lse.view, 0, c.q_len);
-    spattn::attention(seq_slice(q, c.q_offset, c.q_len), k_call, v_call, out_part, call.mask, options, &lse_part);
-    detail::merge_into(seq_slice(acc.view, c.q_offset, c.q_len), seq_slice(acc_lse.view, c.q_offset, c.q_len),
-                       out_part, lse_part, stream);
+  auto call = plan.calls().begin();
+  for (int64_t stage = 0; stage <= plan.num_stages(); ++stage) {
+    for (; call != plan.calls().end() && call->stage == stage; ++call) {
+      const CallSpec& c = call->spec;
+      const TensorView k_call = kv.rows(*call, k, 0), v_call = kv.rows(*call, v, 1);
+      const TensorView out_part = seq_slice(part.view, 0, c.q_len), lse_part = seq_slice(part_lse.view, 0, c.q_len);
+      spattn::attention(seq_slice(q, c.q_offset, c.q_len), k_call, v_call, out_part, call->mask, options, &lse_part);
+      detail::merge_into(seq_slice(acc.view, c.q_offset, c.q_len), seq_slice(acc_lse.view, c.q_offset, c.q_len),
+                         out_part, lse_part, stream);
+    }
+    if (stage > 0) kv.end(stage);
   }
-  kv.exchange->finish();
   detail::convert(out, acc.view, stream);
   if (lse) detail::convert(*lse, acc_lse.view, stream);
 }
@@ -194,66 +229,38 @@ void attention_backward(const TensorView& q, const TensorView& k, const TensorVi
   check_rank_tensor(grads.dk, "dk", s.B, s.Hkv, s.L, s.D);
   check_rank_tensor(grads.dv, "dv", s.B, s.Hkv, s.L, s.D);
   void* stream = options.stream;
-  const int64_t world = plan.layout().world_size();
-  KvExchange kv(k, v, s, plan, transport, stream);
-
+  KvStages kv(k, v, s, plan, transport, stream);
+  GradReturns returns(q.dtype, s, plan, transport, stream);
   Buffer dq = Buffer::make(DType::F32, s.B, s.Hq, s.L, s.D, s.device);
   Buffer dkv = Buffer::make(DType::F32, s.B, s.Hkv, s.L, s.D, s.device, 2);  // dk, dv of the own rows
-  std::vector<Buffer> d_received(static_cast<size_t>(world));                 // dk, dv of each peer's rows
   detail::fill(dq.view, 0.0, stream);
   detail::fill(dkv.part(0), 0.0, stream);
   detail::fill(dkv.part(1), 0.0, stream);
-  for (int64_t p = 0; p < world; ++p) {
-    if (p == plan.rank()) continue;
-    Buffer& b = d_received[static_cast<size_t>(p)];
-    b = Buffer::make(DType::F32, s.B, s.Hkv, plan.rows_from(p), s.D, s.device, 2);
-    detail::fill(b.part(0), 0.0, stream);
-    detail::fill(b.part(1), 0.0, stream);
-  }
   Buffer dq_part = Buffer::make(DType::F32, s.B, s.Hq, plan.max_q_len(), s.D, s.device);
   Buffer dkv_part = Buffer::make(DType::F32, s.B, s.Hkv, plan.max_k_len(), s.D, s.device, 2);
-  for (const RankPlan::Call& call : plan.calls()) {
-    const CallSpec& c = call.spec;
-    const TensorView k_call = kv.keys(call, k, 0), v_call = kv.keys(call, v, 1);
-    const AttentionGrads part{seq_slice(dq_part.view, 0, c.q_len), seq_slice(dkv_part.part(0), 0, c.k_len),
-                              seq_slice(dkv_part.part(1), 0, c.k_len)};
-    spattn::attention_backward(seq_slice(q, c.q_offset, c.q_len), k_call, v_call, seq_slice(out, c.q_offset, c.q_len),
-                               seq_slice(lse, c.q_offset, c.q_len), seq_slice(d_out, c.q_offset, c.q_len), part,
-                               call.mask, options);
-    detail::add_into(seq_slice(dq.view, c.q_offset, c.q_len), part.dq, stream);
-    const Buffer& target = c.peer < 0 ? dkv : d_received[static_cast<size_t>(c.peer)];
-    detail::add_into(seq_slice(target.part(0), c.k_offset, c.k_len), part.dk, stream);
-    detail::add_into(seq_slice(target.part(1), c.k_offset, c.k_len), part.dv, stream);
-  }
-  kv.exchange->finish();
-
-  // The received rows' gradients go back to their owners, in the inputs' dtype.
-  std::vector<Buffer> back_out(static_cast<size_t>(world)), back_in(static_cast<size_t>(world));
-  std::vector<Message> sends, recvs;
-  for (int64_t p = 0; p < world; ++p) {
-    if (p == plan.rank()) continue;
-    Buffer& o = back_out[static_cast<size_t>(p)];
-    o = Buffer::make(q.dtype, s.B, s.Hkv, plan.rows_from(p), s.D, s.device, 2);
-    detail::convert(o.part(0), d_received[static_cast<size_t>(p)].part(0), stream);
-    detail::convert(o.part(1), d_received[static_cast<size_t>(p)].part(1), stream);
-    Buffer& i = back_in[static_cast<size_t>(p)];
-    i = Buffer::make(q.dtype, s.B, s.Hkv, plan.rows_to(p), s.D, s.device, 2);
-    sends.push_back(Message{p, o.memory.get(), o.bytes(2)});
-    recvs.push_back(Message{p, i.memory.get(), i.bytes(2)});
-  }
-  std::unique_ptr<Exchange> back = transport.start(sends, recvs, stream);
-  for (int64_t p = 0; p < world; ++p) {  // rank order: the same sums run after run
-    if (p == plan.rank()) continue;
-    back->wait(p);
-    const Buffer& i = back_in[static_cast<size_t>(p)];
-    for (const KeyRun& run : plan.sends(p)) {
-      detail::add_into(seq_slice(dkv.part(0), run.source, run.length), seq_slice(i.part(0), run.offset, run.length),
-                       stream);
-      detail::add_into(seq_slice(dkv.part(1), run.source, run.length), seq_slice(i.part(1), run.offset, run.length),
-                       stream);
+  auto call = plan.calls().begin();
+  for (int64_t stage = 0; stage <= plan.num_stages(); ++stage) {
+    if (stage > 0) returns.begin(stage);
+    for (; call != plan.calls().end() && call->stage == stage; ++call) {
+      const CallSpec& c = call->spec;
+      const TensorView k_call = kv.rows(*call, k, 0), v_call = kv.rows(*call, v, 1);
+      const AttentionGrads part{seq_slice(dq_part.view, 0, c.q_len), seq_slice(dkv_part.part(0), 0, c.k_len),
+                                seq_slice(dkv_part.part(1), 0, c.k_len)};
+      spattn::attention_backward(seq_slice(q, c.q_offset, c.q_len), k_call, v_call,
+                                 seq_slice(out, c.q_offset, c.q_len), seq_slice(lse, c.q_offset, c.q_len),
+                                 seq_slice(d_out, c.q_offset, c.q_len), part, call->mask, options);
+      detail::add_into(seq_slice(dq.view, c.q_offset, c.q_len), part.dq, stream);
+      const TensorView dk = stage == 0 ? dkv.part(0) : returns.sums(stage, 0);
+      const TensorView dv = stage == 0 ? dkv.part(1) : returns.sums(stage, 1);
+      detail::add_into(seq_slice(dk, c.k_offset, c.k_len), part.dk, stream);
+      detail::add_into(seq_slice(dv, c.k_offset, c.k_len), part.dv, stream);
     }
+    if (stage == 0) continue;
+    kv.end(stage);
+    returns.send(stage);
+    if (stage > 1) returns.add_returned(stage - 1, dkv.part(0), dkv.part(1));  // stage order: the same sums every run
   }
-  back->finish();
+  if (plan.num_stages() > 0) returns.add_returned(plan.num_stages(), dkv.part(0), dkv.part(1));
   detail::convert(grads.dq, dq.view, stream);
   detail::convert(grads.dk, dkv.part(0), stream);
   detail::convert(grads.dv, dkv.part(1), stream);

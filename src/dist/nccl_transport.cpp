@@ -1,9 +1,10 @@
 // dist/nccl_transport.cpp - the NCCL transport (spattn/dist_transport.hpp):
-// one ncclGroupStart / ncclSend / ncclRecv / ncclGroupEnd per stage of an
-// exchange, on a communication stream of its own that first waits for the
-// caller's stream (the rows to send are packed there); an event after each
-// stage lets the caller's stream wait for just that stage's rows. Compiled
-// where CMake finds NCCL (SPATTN_NCCL).
+// an exchange is one ncclGroupStart / ncclSend... ncclRecv... / ncclGroupEnd
+// on a communication stream of its own, which first waits for the caller's
+// stream (the rows to send are packed there); an event at its end lets the
+// caller's stream wait for the rows. Context-parallel attention starts one
+// exchange per stage, so the caller computes on one stage's rows while the
+// next travels. Compiled where CMake finds NCCL (SPATTN_NCCL).
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -34,21 +35,13 @@ cudaEvent_t new_event() {
 
 class NcclExchange : public Exchange {
  public:
-  NcclExchange(cudaStream_t caller, std::vector<std::pair<int64_t, cudaEvent_t>> stages, cudaEvent_t done)
-      : caller_(caller), stages_(std::move(stages)), done_(done) {}
-  ~NcclExchange() override {
-    for (auto& s : stages_) cudaEventDestroy(s.second);  // released once the stage completes
-    cudaEventDestroy(done_);
-  }
-  void wait(int64_t peer) override {
-    for (auto& s : stages_)
-      if (s.first == peer) check_cuda(cudaStreamWaitEvent(caller_, s.second, 0), "cudaStreamWaitEvent");
-  }
+  NcclExchange(cudaStream_t caller, cudaEvent_t done) : caller_(caller), done_(done) {}
+  ~NcclExchange() override { cudaEventDestroy(done_); }  // released once the exchange completes
+  void wait(int64_t) override { finish(); }
   void finish() override { check_cuda(cudaStreamWaitEvent(caller_, done_, 0), "cudaStreamWaitEvent"); }
 
  private:
   cudaStream_t caller_;
-  std::vector<std::pair<int64_t, cudaEvent_t>> stages_;  // (the peer received from, the stage's end)
   cudaEvent_t done_;
 };
 
@@ -77,25 +70,19 @@ class NcclTransport : public Transport {
     check_cuda(cudaEventRecord(packed, as_stream(stream)), "cudaEventRecord");
     check_cuda(cudaStreamWaitEvent(stream_, packed, 0), "cudaStreamWaitEvent");
     cudaEventDestroy(packed);
-    std::vector<std::pair<int64_t, cudaEvent_t>> stages;
-    for (int64_t d = 1; d < world_size_; ++d) {
-      const int64_t to = (rank_ + d) % world_size_, from = (rank_ - d + world_size_) % world_size_;
-      check_nccl(ncclGroupStart(), "ncclGroupStart");
-      for (const Message& m : sends)
-        if (m.peer == to && m.bytes > 0)
-          check_nccl(ncclSend(m.data, static_cast<size_t>(m.bytes), ncclUint8, static_cast<int>(to), comm_, stream_),
-                     "ncclSend");
-      for (const Message& m : recvs)
-        if (m.peer == from && m.bytes > 0)
-          check_nccl(ncclRecv(m.data, static_cast<size_t>(m.bytes), ncclUint8, static_cast<int>(from), comm_, stream_),
-                     "ncclRecv");
-      check_nccl(ncclGroupEnd(), "ncclGroupEnd");
-      stages.emplace_back(from, new_event());
-      check_cuda(cudaEventRecord(stages.back().second, stream_), "cudaEventRecord");
-    }
+    check_nccl(ncclGroupStart(), "ncclGroupStart");
+    for (const Message& m : sends)
+      if (m.bytes > 0)
+        check_nccl(ncclSend(m.data, static_cast<size_t>(m.bytes), ncclUint8, static_cast<int>(m.peer), comm_, stream_),
+                   "ncclSend");
+    for (const Message& m : recvs)
+      if (m.bytes > 0)
+        check_nccl(ncclRecv(m.data, static_cast<size_t>(m.bytes), ncclUint8, static_cast<int>(m.peer), comm_, stream_),
+                   "ncclRecv");
+    check_nccl(ncclGroupEnd(), "ncclGroupEnd");
     cudaEvent_t done = new_event();
     check_cuda(cudaEventRecord(done, stream_), "cudaEventRecord");
-    return std::make_unique<NcclExchange>(as_stream(stream), std::move(stages), done);
+    return std::make_unique<NcclExchange>(as_stream(stream), done);
   }
 
  private:

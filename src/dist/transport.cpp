@@ -1,5 +1,5 @@
-// dist/transport.cpp - the Transport interface's shared checks, the stage
-// order, and InProcessGroup: ranks as threads of one process
+// dist/transport.cpp - the Transport interface's shared checks and
+// InProcessGroup: ranks as threads of one process
 // (spattn/dist_transport.hpp).
 #include <chrono>
 #include <condition_variable>
@@ -29,12 +29,6 @@ void Transport::check_and_count(const std::vector<Message>& sends, const std::ve
     }
   }
   for (const Message& m : sends) bytes_sent_ += m.bytes;
-}
-
-std::vector<int64_t> exchange_order(int64_t rank, int64_t world_size) {
-  std::vector<int64_t> order;
-  for (int64_t d = 1; d < world_size; ++d) order.push_back(((rank - d) % world_size + world_size) % world_size);
-  return order;
 }
 
 // ---- InProcessGroup ----

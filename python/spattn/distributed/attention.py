@@ -3,18 +3,21 @@
 Each rank passes its shard of q, k and v (``shard`` of the global tensors,
 (B, H, L_rank, D)) and the global mask. The rank sends the key and value rows
 its peers' queries need (and only those: ContextParallelPlan), receives the
-rows its own queries need, attends to its own rows while the others travel and
-to each peer's rows as their stage arrives (one attention call per query chunk
-and key stretch, the pattern framed at their places in the sequence), and
-merges the partial results into one float32 accumulator by their LSE. The
+rows its own queries need, in stages with two in flight (at stage d it sends
+to rank + d and receives from rank - d), attends to its own rows while the
+first stages travel and to each stage's rows as they arrive (one attention
+call per query chunk and key stretch, the pattern framed at their places in
+the sequence), and merges the partial results into one float32 accumulator by
+their LSE. A rank holds two stages' rows at a time. The
 result is this rank's shard of the output (and LSE): exactly the rows one
 spattn.attention call over the whole sequence would give there.
 
 Only q, k, v, the output and the LSE are kept for the backward, which
 exchanges the K/V rows again and computes each call's gradients under the
 merged output and LSE (a call's pairs weigh exp(s - lse) of the whole row).
-dQ stays with its rank; the gradients of received rows go back to their
-owners, which add them in rank order (deterministic). The same algorithm as
+dQ stays with its rank; each stage's received rows' gradients go back to
+their owner once the stage's calls are done, and owners add them in stage
+order (deterministic). The same algorithm as
 the C++ library's spattn::dist::attention (spattn/dist_attention.hpp).
 """
 from __future__ import annotations
@@ -29,32 +32,56 @@ from spattn.attention import _check_options, _mask_on
 from spattn.block_mask import BlockMask
 from spattn.distributed.layout import ShardLayout
 from spattn.distributed.plan import ContextParallelPlan, RankPlan, SequenceMask
-from spattn.distributed.transport import Transport, exchange_order, transport_for
+from spattn.distributed.transport import Transport, transport_for
 
 
-def _start_kv_exchange(transport: Transport, plan: RankPlan, k: torch.Tensor, v: torch.Tensor):
-    """Sends each peer the K/V rows it needs, as one (2, B, Hkv, rows, D) buffer; returns the
-    buffers being received from each peer and the exchange under way (wait(peer) before reading)."""
-    B, Hkv, _, D = k.shape
-    sends = {s: torch.stack((k.index_select(2, rows.to(k.device)), v.index_select(2, rows.to(k.device))))
-             for s, rows in plan.send_rows.items() if rows.numel()}
-    recvs = {s: k.new_empty((2, B, Hkv, n, D)) for s, n in plan.recv_rows.items()}
-    return recvs, transport.start_exchange(sends, recvs)
+class _KvStages:
+    """The K/V rows of the exchange stages d = 1 .. P-1, two in flight: at stage d this rank sends
+    rank + d the rows it needs and receives from rank - d (mod P) the rows it needs itself;
+    end(d) waits for the stage and starts stage d + 2. So a rank holds two stages' rows at a time."""
+
+    def __init__(self, transport: Transport, plan: RankPlan, k: torch.Tensor, v: torch.Tensor):
+        self.transport, self.plan, self.k, self.v = transport, plan, k, v
+        self.pending, self.received = {}, {}
+        self.start(1)
+        self.start(2)
+
+    def stage_of(self, peer: int) -> int:
+        return (self.transport.rank - peer) % self.transport.world_size
+
+    def start(self, d: int) -> None:
+        world, rank = self.transport.world_size, self.transport.rank
+        if d >= world:
+            return
+        to, source = (rank + d) % world, (rank - d) % world
+        k, v = self.k, self.v
+        rows = self.plan.send_rows[to].to(k.device)
+        sends = {to: torch.stack((k.index_select(2, rows), v.index_select(2, rows)))} if rows.numel() else {}
+        B, Hkv, _, D = k.shape
+        self.received[d] = k.new_empty((2, B, Hkv, self.plan.recv_rows[source], D))
+        self.pending[d] = self.transport.start_exchange(sends, {source: self.received[d]})
+
+    def rows(self, call):
+        """The keys and values of a call, once they may be read."""
+        if call.peer is None:
+            return self.k.narrow(2, call.k_offset, call.k_len), self.v.narrow(2, call.k_offset, call.k_len)
+        d = self.stage_of(call.peer)
+        self.pending[d].wait(call.peer)
+        kv = self.received[d].narrow(3, call.k_offset, call.k_len)
+        return kv[0], kv[1]
+
+    def end(self, d: int) -> None:
+        self.pending.pop(d).wait()
+        del self.received[d]
+        self.start(d + 2)
 
 
-def _ordered_calls(plan: RankPlan, transport: Transport):
-    """The rank's calls, those over its own rows first, then by exchange stage."""
-    stage = {peer: n for n, peer in enumerate(exchange_order(transport.rank, transport.world_size))}
-    return sorted(plan.calls, key=lambda c: -1 if c.peer is None else stage[c.peer])
-
-
-def _call_kv(call, k: torch.Tensor, v: torch.Tensor, received, exchange):
-    """The keys and values of a call, once they may be read."""
-    if call.peer is None:
-        return k.narrow(2, call.k_offset, call.k_len), v.narrow(2, call.k_offset, call.k_len)
-    exchange.wait(call.peer)
-    kv = received[call.peer].narrow(3, call.k_offset, call.k_len)
-    return kv[0], kv[1]
+def _by_stage(plan: RankPlan, world: int, rank: int):
+    """The rank's calls grouped by stage: 0 for its own rows, d for the rows of stage d."""
+    stages = [[] for _ in range(world)]
+    for call in plan.calls:
+        stages[0 if call.peer is None else (rank - call.peer) % world].append(call)
+    return stages
 
 
 def _merge_into(acc_out: torch.Tensor, acc_lse: torch.Tensor, out: torch.Tensor, lse: torch.Tensor) -> None:
@@ -81,16 +108,18 @@ class _ContextParallelAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, transport: Transport, plan: RankPlan, scale: Optional[float], backend: str):
         B, H, L, D = q.shape
         acc = torch.promote_types(q.dtype, torch.float32)
-        received, exchange = _start_kv_exchange(transport, plan, k, v)
+        kv = _KvStages(transport, plan, k, v)
         acc_out = q.new_zeros((B, H, L, D), dtype=acc)
         acc_lse = q.new_full((B, H, L), float("-inf"), dtype=acc)
-        for call in _ordered_calls(plan, transport):
-            k_call, v_call = _call_kv(call, k, v, received, exchange)
-            out, lse = ops.attention(q.narrow(2, call.q_offset, call.q_len), k_call, v_call,
-                                     _mask_on(call.mask, q.device), scale, backend)
-            _merge_into(acc_out.narrow(2, call.q_offset, call.q_len), acc_lse.narrow(2, call.q_offset, call.q_len),
-                        out, lse)
-        exchange.wait()  # the sends, and peers no call read
+        for d, calls in enumerate(_by_stage(plan, transport.world_size, transport.rank)):
+            for call in calls:
+                k_call, v_call = kv.rows(call)
+                out, lse = ops.attention(q.narrow(2, call.q_offset, call.q_len), k_call, v_call,
+                                         _mask_on(call.mask, q.device), scale, backend)
+                _merge_into(acc_out.narrow(2, call.q_offset, call.q_len),
+                            acc_lse.narrow(2, call.q_offset, call.q_len), out, lse)
+            if d:
+                kv.end(d)
         out, lse = acc_out.to(q.dtype), acc_lse.float()
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.transport, ctx.plan, ctx.scale, ctx.backend = transport, plan, scale, backend
@@ -100,38 +129,53 @@ class _ContextParallelAttention(torch.autograd.Function):
     def backward(ctx, d_out, d_lse):
         q, k, v, out, lse = ctx.saved_tensors
         transport, plan = ctx.transport, ctx.plan
+        world, rank = transport.world_size, transport.rank
         d_out = torch.zeros_like(out) if d_out is None else d_out.contiguous()
         d_lse = torch.zeros_like(lse) if d_lse is None else d_lse.contiguous()
         acc = torch.promote_types(q.dtype, torch.float32)
         B, Hkv, _, D = k.shape
-        received, exchange = _start_kv_exchange(transport, plan, k, v)
+        kv = _KvStages(transport, plan, k, v)
         dq = torch.zeros(q.shape, dtype=acc, device=q.device)
         dk = torch.zeros(k.shape, dtype=acc, device=k.device)
         dv = torch.zeros_like(dk)
-        d_received = {s: k.new_zeros((2, B, Hkv, n, D), dtype=acc) for s, n in plan.recv_rows.items()}
-        for call in _ordered_calls(plan, transport):
-            k_call, v_call = _call_kv(call, k, v, received, exchange)
-            rows = slice(call.q_offset, call.q_offset + call.q_len)
-            dq_c, dk_c, dv_c = ops.attention_backward(
-                d_out[:, :, rows], d_lse[:, :, rows], q[:, :, rows], k_call, v_call, out[:, :, rows], lse[:, :, rows],
-                _mask_on(call.mask, q.device), ctx.scale, ctx.backend)
-            dq[:, :, rows] += dq_c
-            keys = slice(call.k_offset, call.k_offset + call.k_len)
-            if call.peer is None:
-                dk[:, :, keys] += dk_c
-                dv[:, :, keys] += dv_c
-            else:
-                d_received[call.peer][0][:, :, keys] += dk_c
-                d_received[call.peer][1][:, :, keys] += dv_c
-        exchange.wait()
-        # The received rows' gradients go back to their owners, in the inputs' dtype.
-        sends = {s: g.to(k.dtype) for s, g in d_received.items() if g.shape[3]}
-        recvs = {s: k.new_empty((2, B, Hkv, rows.numel(), D)) for s, rows in plan.send_rows.items() if rows.numel()}
-        transport.exchange(sends, recvs)
-        for s in sorted(recvs):  # a fixed order: the sums are the same run after run
-            rows = plan.send_rows[s].to(dk.device)
-            dk.index_add_(2, rows, recvs[s][0].to(acc))
-            dv.index_add_(2, rows, recvs[s][1].to(acc))
+        returning = {}  # stage -> (the exchange under way, what comes back, the rows it belongs to)
+
+        def add_returned(d):  # stage order: the sums are the same run after run
+            pending, back, rows = returning.pop(d)
+            pending.wait()
+            if rows.numel():
+                dk.index_add_(2, rows, back[0].to(acc))
+                dv.index_add_(2, rows, back[1].to(acc))
+
+        for d, calls in enumerate(_by_stage(plan, world, rank)):
+            if d:
+                source = (rank - d) % world
+                sums = k.new_zeros((2, B, Hkv, plan.recv_rows[source], D), dtype=acc)
+            for call in calls:
+                k_call, v_call = kv.rows(call)
+                rows = slice(call.q_offset, call.q_offset + call.q_len)
+                dq_c, dk_c, dv_c = ops.attention_backward(
+                    d_out[:, :, rows], d_lse[:, :, rows], q[:, :, rows], k_call, v_call, out[:, :, rows],
+                    lse[:, :, rows], _mask_on(call.mask, q.device), ctx.scale, ctx.backend)
+                dq[:, :, rows] += dq_c
+                keys = slice(call.k_offset, call.k_offset + call.k_len)
+                target_k, target_v = (dk, dv) if d == 0 else (sums[0], sums[1])
+                target_k[:, :, keys] += dk_c
+                target_v[:, :, keys] += dv_c
+            if not d:
+                continue
+            kv.end(d)
+            # Stage d's received rows' gradients go back to their owner, in the inputs' dtype,
+            # while the gradients of the rows this rank sent at stage d come back.
+            to = (rank + d) % world
+            sent_rows = plan.send_rows[to].to(k.device)
+            back = k.new_empty((2, B, Hkv, sent_rows.numel(), D))
+            sends = {source: sums.to(k.dtype)} if sums.shape[3] else {}
+            returning[d] = (transport.start_exchange(sends, {to: back}), back, sent_rows)
+            if d > 1:
+                add_returned(d - 1)
+        if world > 1:
+            add_returned(world - 1)
         return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None
 
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 #include <vector>
 
 #include "spattn/dist.hpp"
@@ -70,13 +71,29 @@ struct Gathered {
   }
 };
 
-// Compares a run with the fp64 dense oracle; `tol` relative (norms), LSE absolute.
-inline void expect_matches(const Gathered& g, const DenseResult& want, const DenseGrads& want_grads, double tol) {
+// The whole sequence's q, k, v and output gradient, fresh N(0, 1) values.
+struct Inputs {
+  HostTensor q, k, v, d_out;
+  Inputs(const Problem& p, std::mt19937_64& rng)
+      : q(p.dtype, p.B, p.Hq, p.L, p.D), k(p.dtype, p.B, p.Hkv, p.L, p.D), v(p.dtype, p.B, p.Hkv, p.L, p.D),
+        d_out(p.dtype, p.B, p.Hq, p.L, p.D) {
+    for (HostTensor* t : {&q, &k, &v, &d_out}) t->fill_random(rng);
+  }
+};
+
+// Compares every rank's gathered results with the fp64 dense masked attention
+// of the whole sequence under `pattern`; `tol` relative (norms; gradients 10x),
+// LSE absolute (10x).
+inline void expect_matches(const Gathered& g, const Problem& p, const Pattern& pattern, const Inputs& in, double tol) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(p.D));
+  const DenseResult want = dense_masked_attention(in.q.view, in.k.view, in.v.view, pattern, scale);
+  const DenseGrads grads =
+      dense_masked_attention_backward(in.q.view, in.k.view, in.v.view, in.d_out.view, nullptr, pattern, scale);
   EXPECT_LE(relative_error(g.out, want.out), tol) << "out";
   EXPECT_LE(max_lse_error(g.lse, want.lse), 10 * tol) << "lse";
-  EXPECT_LE(relative_error(g.dq, want_grads.dq), 10 * tol) << "dq";
-  EXPECT_LE(relative_error(g.dk, want_grads.dk), 10 * tol) << "dk";
-  EXPECT_LE(relative_error(g.dv, want_grads.dv), 10 * tol) << "dv";
+  EXPECT_LE(relative_error(g.dq, grads.dq), 10 * tol) << "dq";
+  EXPECT_LE(relative_error(g.dk, grads.dk), 10 * tol) << "dk";
+  EXPECT_LE(relative_error(g.dv, grads.dv), 10 * tol) << "dv";
 }
 
 }  // namespace spattn::testing

@@ -53,8 +53,7 @@ int64_t minimum_bytes(const Spec& spec, const ShardLayout& layout, int64_t heads
 }
 
 // Every rank's forward and backward over `group`, the results put back at their positions.
-Gathered run_ranks(const Problem& p, const ContextParallelPlan& plan, const HostTensor& q, const HostTensor& k,
-                   const HostTensor& v, const HostTensor& d_out, Backend backend) {
+Gathered run_ranks(const Problem& p, const ContextParallelPlan& plan, const Inputs& in, Backend backend) {
   const ShardLayout& layout = plan.layout();
   const int64_t world = layout.world_size();
   Gathered g(p, world);
@@ -65,8 +64,8 @@ Gathered run_ranks(const Problem& p, const ContextParallelPlan& plan, const Host
     const RankPlan rank_plan(plan, r, 16);
     const std::vector<int64_t> rows = positions(layout, r);
     const int64_t n = static_cast<int64_t>(rows.size());
-    const HostTensor q_r = take_rows(q, rows), k_r = take_rows(k, rows), v_r = take_rows(v, rows);
-    const HostTensor d_out_r = take_rows(d_out, rows);
+    const HostTensor q_r = take_rows(in.q, rows), k_r = take_rows(in.k, rows), v_r = take_rows(in.v, rows);
+    const HostTensor d_out_r = take_rows(in.d_out, rows);
     HostTensor out(p.dtype, p.B, p.Hq, n, p.D), dq(p.dtype, p.B, p.Hq, n, p.D);
     HostTensor dk(p.dtype, p.B, p.Hkv, n, p.D), dv(p.dtype, p.B, p.Hkv, n, p.D);
     HostTensor lse(DType::F32, p.B, p.Hq, n, 1);
@@ -99,15 +98,9 @@ TEST(DistAttention, RandomPatternsMatchOneCallInFp64) {
                  std::to_string(p.Hq) + ", Hkv " + std::to_string(p.Hkv));
     const ShardLayout layout(kind, p.L, world, block);
     const ContextParallelPlan plan(c.pattern, layout, p.Hq);
-    HostTensor q(p.dtype, p.B, p.Hq, p.L, p.D), k(p.dtype, p.B, p.Hkv, p.L, p.D), v(p.dtype, p.B, p.Hkv, p.L, p.D);
-    HostTensor d_out(p.dtype, p.B, p.Hq, p.L, p.D);
-    for (HostTensor* t : {&q, &k, &v, &d_out}) t->fill_random(rng);
-    const double scale = 1.0 / std::sqrt(static_cast<double>(p.D));
-    const DenseResult want = dense_masked_attention(q.view, k.view, v.view, c.pattern, scale);
-    const DenseGrads want_grads =
-        dense_masked_attention_backward(q.view, k.view, v.view, d_out.view, nullptr, c.pattern, scale);
-    const Gathered g = run_ranks(p, plan, q, k, v, d_out, Backend::Reference);
-    expect_matches(g, want, want_grads, 1e-6);  // LSEs are fp32 (the API's), merges fp32
+    const Inputs in(p, rng);
+    const Gathered g = run_ranks(p, plan, in, Backend::Reference);
+    expect_matches(g, p, c.pattern, in, 1e-6);  // LSEs are fp32 (the API's), merges fp32
     for (int64_t r = 0; r < world; ++r)
       EXPECT_EQ(g.forward_bytes[static_cast<size_t>(r)],
                 minimum_bytes(c.spec, layout, p.Hq, r, p.B * p.Hkv * p.D * dtype_size(p.dtype)))
@@ -136,14 +129,8 @@ TEST(DistAttention, CpuBackendMatchesInFp32) {
     const Problem p{1, 4, 2, 1000, 32, DType::F32};
     const ShardLayout layout(c.layout, p.L, c.world, 32);
     const ContextParallelPlan plan(c.pattern, layout, p.Hq);
-    HostTensor q(p.dtype, p.B, p.Hq, p.L, p.D), k(p.dtype, p.B, p.Hkv, p.L, p.D), v(p.dtype, p.B, p.Hkv, p.L, p.D);
-    HostTensor d_out(p.dtype, p.B, p.Hq, p.L, p.D);
-    for (HostTensor* t : {&q, &k, &v, &d_out}) t->fill_random(rng);
-    const double scale = 1.0 / std::sqrt(static_cast<double>(p.D));
-    const DenseResult want = dense_masked_attention(q.view, k.view, v.view, c.pattern, scale);
-    const DenseGrads want_grads =
-        dense_masked_attention_backward(q.view, k.view, v.view, d_out.view, nullptr, c.pattern, scale);
-    expect_matches(run_ranks(p, plan, q, k, v, d_out, Backend::Cpu), want, want_grads, 2e-6);
+    const Inputs in(p, rng);
+    expect_matches(run_ranks(p, plan, in, Backend::Cpu), p, c.pattern, in, 2e-6);
   }
 }
 

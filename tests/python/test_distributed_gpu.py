@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+import spattn
 from spattn import distributed as sd
 from cp_cases import inputs, make_mask, minimum_bytes, rank_step, reference, run_ranks
 
@@ -50,3 +51,36 @@ def _worker(rank, world, port, queue):
 def test_gloo_ranks_on_one_gpu_match_one_call(world):
     failures = run_ranks(world, _worker, (), timeout=600)
     assert not failures, failures
+
+
+def test_in_process_forward_on_the_gpu_matches_and_waits_for_no_host_sync():
+    """Ranks as threads of this process on CUDA tensors (bf16): each rank's output and LSE equal
+    one call's rows; a second step, its plans and masks made by the first, makes PyTorch wait for
+    the device nowhere (torch.cuda.set_sync_debug_mode("error")). Forward only: autograd runs
+    every CUDA backward of a process on one device thread, so ranks that are threads of one process
+    cannot wait for each other's backward (the gloo processes above cover it)."""
+    L, world = 1024, 3
+    mask = make_mask("causal", L, 4).to("cuda")
+    q, k, v, d_out = (t.to("cuda", torch.bfloat16) for t in inputs(L, 4, 2, dtype=torch.float32, seed=21, dim=64))
+    layout = sd.ShardLayout("zigzag", L, world, mask.block_size[1])
+    group = sd.InProcessGroup(world)
+    shards = group.run(lambda t: [sd.shard(x, layout, t) for x in (q, k, v)])
+    want_out, want_lse = (x.float() for x in spattn.attention(q, k, v, mask, return_lse=True))
+
+    def step(t):
+        q_r, k_r, v_r = shards[t.rank]
+        return sd.attention(q_r, k_r, v_r, mask, group=t, layout=layout, return_lse=True)
+
+    group.run(step)  # plans, masks on the device, kernels loaded
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        results = group.run(step)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    for rank, (out, lse) in enumerate(results):
+        rows = layout.positions(rank).to("cuda")
+        for name, got, expected in (("out", out.float(), want_out.index_select(2, rows)),
+                                    ("lse", lse, want_lse.index_select(2, rows))):
+            err = (got - expected).abs().max().item()
+            assert err <= 3e-2 * max(expected.abs().max().item(), 1.0), f"rank {rank}: {name} differs by {err}"

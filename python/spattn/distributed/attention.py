@@ -55,7 +55,7 @@ class _KvStages:
             return
         to, source = (rank + d) % world, (rank - d) % world
         k, v = self.k, self.v
-        rows = self.plan.send_rows[to].to(k.device)
+        rows = self.plan.send_rows_on(k.device)[to]
         sends = {to: torch.stack((k.index_select(2, rows), v.index_select(2, rows)))} if rows.numel() else {}
         B, Hkv, _, D = k.shape
         self.received[d] = k.new_empty((2, B, Hkv, self.plan.recv_rows[source], D))
@@ -168,7 +168,7 @@ class _ContextParallelAttention(torch.autograd.Function):
             # Stage d's received rows' gradients go back to their owner, in the inputs' dtype,
             # while the gradients of the rows this rank sent at stage d come back.
             to = (rank + d) % world
-            sent_rows = plan.send_rows[to].to(k.device)
+            sent_rows = plan.send_rows_on(k.device)[to]
             back = k.new_empty((2, B, Hkv, sent_rows.numel(), D))
             sends = {source: sums.to(k.dtype)} if sums.shape[3] else {}
             returning[d] = (transport.start_exchange(sends, {to: back}), back, sent_rows)

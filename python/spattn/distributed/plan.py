@@ -134,3 +134,11 @@ class RankPlan:
                                        mask))
         self.pieces = mine
         self.q_offsets = q_offsets
+        self._send_rows_on: Dict[torch.device, Dict[int, torch.Tensor]] = {}
+
+    def send_rows_on(self, device: torch.device) -> Dict[int, torch.Tensor]:
+        """send_rows on `device`, copied there once (a copy per step would wait for the host)."""
+        device = torch.device(device)
+        if device not in self._send_rows_on:
+            self._send_rows_on[device] = {s: rows.to(device) for s, rows in self.send_rows.items()}
+        return self._send_rows_on[device]

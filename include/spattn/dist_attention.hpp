@@ -92,9 +92,11 @@ void attention(const TensorView& q, const TensorView& k, const TensorView& v, co
                const TensorView* lse = nullptr);
 
 // The gradients of this rank's q, k and v shards for a loss whose gradient
-// with respect to this rank's out is d_out, given the forward's out and lse.
+// with respect to this rank's out is d_out (and, if not null, with respect to
+// its lse is d_lse, fp32 (B, Hq, L_rank)), given the forward's out and lse.
 void attention_backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                         const TensorView& lse, const TensorView& d_out, const AttentionGrads& grads,
-                        const RankPlan& plan, Transport& transport, const AttentionOptions& options = {});
+                        const RankPlan& plan, Transport& transport, const AttentionOptions& options = {},
+                        const TensorView* d_lse = nullptr);
 
 }  // namespace spattn::dist

@@ -219,12 +219,17 @@ void attention(const TensorView& q, const TensorView& k, const TensorView& v, co
 
 void attention_backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                         const TensorView& lse, const TensorView& d_out, const AttentionGrads& grads,
-                        const RankPlan& plan, Transport& transport, const AttentionOptions& options) {
+                        const RankPlan& plan, Transport& transport, const AttentionOptions& options,
+                        const TensorView* d_lse) {
   const RankShape s = check_inputs(q, k, v, plan, transport);
   check_rank_tensor(out, "out", s.B, s.Hq, s.L, s.D);
   check_rank_tensor(lse, "lse", s.B, s.Hq, s.L, 1);
   require(lse.dtype == DType::F32, "context parallelism: lse must be fp32");
   check_rank_tensor(d_out, "d_out", s.B, s.Hq, s.L, s.D);
+  if (d_lse) {
+    check_rank_tensor(*d_lse, "d_lse", s.B, s.Hq, s.L, 1);
+    require(d_lse->dtype == DType::F32, "context parallelism: d_lse must be fp32");
+  }
   check_rank_tensor(grads.dq, "dq", s.B, s.Hq, s.L, s.D);
   check_rank_tensor(grads.dk, "dk", s.B, s.Hkv, s.L, s.D);
   check_rank_tensor(grads.dv, "dv", s.B, s.Hkv, s.L, s.D);
@@ -246,9 +251,11 @@ void attention_backward(const TensorView& q, const TensorView& k, const TensorVi
       const TensorView k_call = kv.rows(*call, k, 0), v_call = kv.rows(*call, v, 1);
       const AttentionGrads part{seq_slice(dq_part.view, 0, c.q_len), seq_slice(dkv_part.part(0), 0, c.k_len),
                                 seq_slice(dkv_part.part(1), 0, c.k_len)};
+      const TensorView d_lse_call = d_lse ? seq_slice(*d_lse, c.q_offset, c.q_len) : TensorView{};
       spattn::attention_backward(seq_slice(q, c.q_offset, c.q_len), k_call, v_call,
                                  seq_slice(out, c.q_offset, c.q_len), seq_slice(lse, c.q_offset, c.q_len),
-                                 seq_slice(d_out, c.q_offset, c.q_len), part, call->mask, options);
+                                 seq_slice(d_out, c.q_offset, c.q_len), part, call->mask, options,
+                                 d_lse ? &d_lse_call : nullptr);
       detail::add_into(seq_slice(dq.view, c.q_offset, c.q_len), part.dq, stream);
       const TensorView dk = stage == 0 ? dkv.part(0) : returns.sums(stage, 0);
       const TensorView dv = stage == 0 ? dkv.part(1) : returns.sums(stage, 1);

@@ -82,13 +82,14 @@ struct Inputs {
 };
 
 // Compares every rank's gathered results with the fp64 dense masked attention
-// of the whole sequence under `pattern`; `tol` relative (norms; gradients 10x),
-// LSE absolute (10x).
-inline void expect_matches(const Gathered& g, const Problem& p, const Pattern& pattern, const Inputs& in, double tol) {
+// of the whole sequence under `pattern` (with the LSE's gradient d_lse, if
+// given); `tol` relative (norms; gradients 10x), LSE absolute (10x).
+inline void expect_matches(const Gathered& g, const Problem& p, const Pattern& pattern, const Inputs& in, double tol,
+                           const HostTensor* d_lse = nullptr) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(p.D));
   const DenseResult want = dense_masked_attention(in.q.view, in.k.view, in.v.view, pattern, scale);
-  const DenseGrads grads =
-      dense_masked_attention_backward(in.q.view, in.k.view, in.v.view, in.d_out.view, nullptr, pattern, scale);
+  const DenseGrads grads = dense_masked_attention_backward(in.q.view, in.k.view, in.v.view, in.d_out.view,
+                                                           d_lse ? &d_lse->view : nullptr, pattern, scale);
   EXPECT_LE(relative_error(g.out, want.out), tol) << "out";
   EXPECT_LE(max_lse_error(g.lse, want.lse), 10 * tol) << "lse";
   EXPECT_LE(relative_error(g.dq, grads.dq), 10 * tol) << "dq";

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cmath>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "dist_support.hpp"
@@ -53,7 +54,8 @@ int64_t minimum_bytes(const Spec& spec, const ShardLayout& layout, int64_t heads
 }
 
 // Every rank's forward and backward over `group`, the results put back at their positions.
-Gathered run_ranks(const Problem& p, const ContextParallelPlan& plan, const Inputs& in, Backend backend) {
+Gathered run_ranks(const Problem& p, const ContextParallelPlan& plan, const Inputs& in, Backend backend,
+                   const HostTensor* d_lse = nullptr) {
   const ShardLayout& layout = plan.layout();
   const int64_t world = layout.world_size();
   Gathered g(p, world);
@@ -66,6 +68,8 @@ Gathered run_ranks(const Problem& p, const ContextParallelPlan& plan, const Inpu
     const int64_t n = static_cast<int64_t>(rows.size());
     const HostTensor q_r = take_rows(in.q, rows), k_r = take_rows(in.k, rows), v_r = take_rows(in.v, rows);
     const HostTensor d_out_r = take_rows(in.d_out, rows);
+    std::optional<HostTensor> d_lse_r;
+    if (d_lse) d_lse_r.emplace(take_rows(*d_lse, rows));
     HostTensor out(p.dtype, p.B, p.Hq, n, p.D), dq(p.dtype, p.B, p.Hq, n, p.D);
     HostTensor dk(p.dtype, p.B, p.Hkv, n, p.D), dv(p.dtype, p.B, p.Hkv, n, p.D);
     HostTensor lse(DType::F32, p.B, p.Hq, n, 1);
@@ -75,7 +79,8 @@ Gathered run_ranks(const Problem& p, const ContextParallelPlan& plan, const Inpu
     dist::attention(q_r.view, k_r.view, v_r.view, out.view, rank_plan, transport, options, &lse.view);
     const int64_t sent = transport.bytes_sent();
     dist::attention_backward(q_r.view, k_r.view, v_r.view, out.view, lse.view, d_out_r.view,
-                             AttentionGrads{dq.view, dk.view, dv.view}, rank_plan, transport, options);
+                             AttentionGrads{dq.view, dk.view, dv.view}, rank_plan, transport, options,
+                             d_lse_r ? &d_lse_r->view : nullptr);
     std::lock_guard<std::mutex> lock(results);
     g.put(r, rows, p.L, out, lse, dq, dk, dv, sent);
   });
@@ -108,6 +113,17 @@ TEST(DistAttention, RandomPatternsMatchOneCallInFp64) {
     ++checked;
   }
   EXPECT_EQ(checked, 40);
+}
+
+TEST(DistAttention, TheLseGradientReachesEveryInput) {
+  std::mt19937_64 rng(808);
+  const Problem p{1, 2, 1, 250, 16, DType::F64};
+  const ShardLayout layout(LayoutKind::Zigzag, p.L, 3, 16);
+  const ContextParallelPlan plan(Pattern::causal(), layout, p.Hq);
+  const Inputs in(p, rng);
+  HostTensor d_lse(DType::F32, p.B, p.Hq, p.L, 1);
+  d_lse.fill_random(rng);
+  expect_matches(run_ranks(p, plan, in, Backend::Reference, &d_lse), p, Pattern::causal(), in, 1e-6, &d_lse);
 }
 
 TEST(DistAttention, CpuBackendMatchesInFp32) {

@@ -15,15 +15,17 @@
 // passes), computes each call's gradients from the merged output and LSE (the
 // softmax of a call's pairs under the whole row's LSE is their share of the
 // row), accumulates dQ locally, and sends each stage's received rows'
-// gradients back to their owner once the stage's calls are done; owners add
-// them in stage order: fp32 accumulation, the same sums run after run. Bytes
-// per backward: twice the forward's (K/V there, their gradients back).
+// gradients (summed in fp32, sent in the inputs' dtype) back to their owner
+// once the stage's calls are done; owners add them in stage order into fp32
+// sums: the same sums run after run. Bytes per backward: twice the forward's
+// (K/V there, their gradients back).
 //
 // Host tensors run on the host backends, device tensors on the CUDA backend
 // (options.backend as for attention()); the transport must take the tensors'
 // memory (InProcessGroup: both; NCCL: device). Every rank of the group calls
-// with the same plan; the calls do not synchronise the host on device memory
-// except where a transport must (InProcessGroup).
+// with the same plan. Work is queued on options.stream; a call allocates its
+// buffers with cudaMalloc and frees them on return (cudaFree waits for the
+// device), and InProcessGroup synchronises the stream at each exchange.
 #pragma once
 
 #include <cstdint>

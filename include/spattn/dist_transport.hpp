@@ -12,9 +12,9 @@
 //   InProcessGroup   the ranks as threads of one process (tests, one device);
 //                    host and device buffers.
 //   nccl_transport   NCCL point-to-point (ncclSend / ncclRecv in one group per
-//                    stage) on the caller's communicator, or on one built from
-//                    RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT as torchrun
-//                    and mpirun set them; device buffers. Compiled where CMake
+//                    exchange) on the caller's communicator, or on one built
+//                    from RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT as
+//                    torchrun sets them; device buffers. Compiled where CMake
 //                    finds NCCL (the NVIDIA wheel PyTorch installs carries
 //                    it); nccl_available() says whether it was.
 #pragma once
@@ -98,7 +98,8 @@ bool nccl_available();
 std::unique_ptr<Transport> nccl_transport(void* comm);
 // A transport over a communicator it builds and owns: rank RANK of
 // WORLD_SIZE, the bootstrap at MASTER_ADDR:MASTER_PORT + 1 (torchrun's store
-// keeps MASTER_PORT), on device LOCAL_RANK (else RANK modulo the devices).
+// keeps MASTER_PORT), on device LOCAL_RANK (else RANK) modulo the visible
+// devices.
 // Throws spattn::Error naming the variable that is missing or malformed.
 std::unique_ptr<Transport> nccl_transport_from_env();
 

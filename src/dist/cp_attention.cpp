@@ -32,7 +32,6 @@ struct Buffer {
     t.data = static_cast<unsigned char*>(memory.get()) + i * view.numel() * dtype_size(view.dtype);
     return t;
   }
-  int64_t bytes(int64_t parts) const { return parts * view.numel() * dtype_size(view.dtype); }
   // The buffer's memory seen as `rows` rows (at most its own): part `i` and all parts' bytes.
   TensorView rows_part(int64_t rows, int64_t i) const {
     TensorView t = make_bhld(memory.get(), view.dtype, view.shape[0], view.shape[1], rows, view.shape[3]);
@@ -55,6 +54,13 @@ struct RankShape {
   int64_t B, Hq, Hkv, L, D;
   bool device;
 };
+
+// A tensor besides q, k, v: its shape, and that it lies where q does.
+void check_rank_tensor(const TensorView& t, const char* name, const RankShape& s, int64_t H, int64_t D) {
+  check_rank_tensor(t, name, s.B, H, s.L, D);
+  require(t.empty() || detail::on_device(t.data) == s.device, "context parallelism: ", name, " must lie in ",
+          s.device ? "device" : "host", " memory, like q");
+}
 
 RankShape check_inputs(const TensorView& q, const TensorView& k, const TensorView& v, const RankPlan& plan,
                        const Transport& transport) {
@@ -188,9 +194,9 @@ class GradReturns {
 void attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                const RankPlan& plan, Transport& transport, const AttentionOptions& options, const TensorView* lse) {
   const RankShape s = check_inputs(q, k, v, plan, transport);
-  check_rank_tensor(out, "out", s.B, s.Hq, s.L, s.D);
+  check_rank_tensor(out, "out", s, s.Hq, s.D);
   if (lse) {
-    check_rank_tensor(*lse, "lse", s.B, s.Hq, s.L, 1);
+    check_rank_tensor(*lse, "lse", s, s.Hq, 1);
     require(lse->dtype == DType::F32, "context parallelism: lse must be fp32");
   }
   void* stream = options.stream;
@@ -222,17 +228,17 @@ void attention_backward(const TensorView& q, const TensorView& k, const TensorVi
                         const RankPlan& plan, Transport& transport, const AttentionOptions& options,
                         const TensorView* d_lse) {
   const RankShape s = check_inputs(q, k, v, plan, transport);
-  check_rank_tensor(out, "out", s.B, s.Hq, s.L, s.D);
-  check_rank_tensor(lse, "lse", s.B, s.Hq, s.L, 1);
+  check_rank_tensor(out, "out", s, s.Hq, s.D);
+  check_rank_tensor(lse, "lse", s, s.Hq, 1);
   require(lse.dtype == DType::F32, "context parallelism: lse must be fp32");
-  check_rank_tensor(d_out, "d_out", s.B, s.Hq, s.L, s.D);
+  check_rank_tensor(d_out, "d_out", s, s.Hq, s.D);
   if (d_lse) {
-    check_rank_tensor(*d_lse, "d_lse", s.B, s.Hq, s.L, 1);
+    check_rank_tensor(*d_lse, "d_lse", s, s.Hq, 1);
     require(d_lse->dtype == DType::F32, "context parallelism: d_lse must be fp32");
   }
-  check_rank_tensor(grads.dq, "dq", s.B, s.Hq, s.L, s.D);
-  check_rank_tensor(grads.dk, "dk", s.B, s.Hkv, s.L, s.D);
-  check_rank_tensor(grads.dv, "dv", s.B, s.Hkv, s.L, s.D);
+  check_rank_tensor(grads.dq, "dq", s, s.Hq, s.D);
+  check_rank_tensor(grads.dk, "dk", s, s.Hkv, s.D);
+  check_rank_tensor(grads.dv, "dv", s, s.Hkv, s.D);
   void* stream = options.stream;
   KvStages kv(k, v, s, plan, transport, stream);
   GradReturns returns(q.dtype, s, plan, transport, stream);

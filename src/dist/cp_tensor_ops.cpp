@@ -64,6 +64,18 @@ void synchronize(void* stream, bool device) {
   if (device) device_synchronize(stream);
 }
 
+int current_device() {
+#if defined(SPATTN_WITH_CUDA)
+  return device_current();
+#else
+  return -1;
+#endif
+}
+
+void use_device(int device) {
+  if (device >= 0) device_use(device);
+}
+
 void convert(const TensorView& dst, const TensorView& src, void* stream) {
   require_same_shape(dst, src, "context parallelism: convert");
   if (dst.empty()) return;
@@ -126,6 +138,8 @@ void device_merge_into(const TensorView&, const TensorView&, const TensorView&, 
 std::shared_ptr<void> device_allocate(int64_t) { no_cuda(); }
 void device_copy_bytes(void*, const void*, int64_t) { no_cuda(); }
 void device_synchronize(void*) { no_cuda(); }
+int device_current() { no_cuda(); }
+void device_use(int) { no_cuda(); }
 #endif
 
 }  // namespace spattn::dist::detail

@@ -71,7 +71,8 @@ __device__ __nv_bfloat16 from_float(float x) {
   return __float2bfloat16_rn(x);
 }
 
-// Calls fn.template operator()<T>() with T the element type of `dtype`.
+// Calls fn(T{}) with T the element type of `dtype` (fp64 goes through fp32
+// on the device: the CUDA backend takes fp16 and bf16 tensors).
 template <typename Fn>
 void with_type(DType dtype, Fn&& fn) {
   switch (dtype) {
@@ -80,6 +81,7 @@ void with_type(DType dtype, Fn&& fn) {
     case DType::BF16: return fn(__nv_bfloat16{});
     case DType::F64: return fn(double{});
   }
+  fail("context parallelism: unknown dtype ", static_cast<int>(dtype));
 }
 
 unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
@@ -170,6 +172,14 @@ void device_copy_bytes(void* dst, const void* src, int64_t bytes) {
              "context parallelism: cudaMemcpyAsync");
   check_cuda(cudaStreamSynchronize(nullptr), "context parallelism: cudaStreamSynchronize");
 }
+
+int device_current() {
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "context parallelism: cudaGetDevice");
+  return device;
+}
+
+void device_use(int device) { check_cuda(cudaSetDevice(device), "context parallelism: cudaSetDevice"); }
 
 void device_synchronize(void* stream) {
   check_cuda(cudaStreamSynchronize(as_stream(stream)), "context parallelism: cudaStreamSynchronize");

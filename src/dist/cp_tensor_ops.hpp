@@ -25,6 +25,11 @@ void copy_bytes(void* dst, const void* src, int64_t bytes);
 // Blocks the host until the work queued on `stream` is done (nothing on the host).
 void synchronize(void* stream, bool device);
 
+// The calling thread's current CUDA device (-1 in builds without CUDA), and
+// making `device` current for the calling thread (nothing for -1).
+int current_device();
+void use_device(int device);
+
 // dst = src, converted to dst's element type.
 void convert(const TensorView& dst, const TensorView& src, void* stream);
 // Every element of t = value.
@@ -48,5 +53,7 @@ void device_merge_into(const TensorView& acc_out, const TensorView& acc_lse, con
 std::shared_ptr<void> device_allocate(int64_t bytes);
 void device_copy_bytes(void* dst, const void* src, int64_t bytes);
 void device_synchronize(void* stream);
+int device_current();
+void device_use(int device);
 
 }  // namespace spattn::dist::detail

@@ -48,9 +48,11 @@ class NcclExchange : public Exchange {
 class NcclTransport : public Transport {
  public:
   NcclTransport(ncclComm_t comm, bool owned) : comm_(comm), owned_(owned) {
-    int n = 0, r = 0;
+    int n = 0, r = 0, device = 0;
     check_nccl(ncclCommCount(comm, &n), "ncclCommCount");
     check_nccl(ncclCommUserRank(comm, &r), "ncclCommUserRank");
+    check_nccl(ncclCommCuDevice(comm, &device), "ncclCommCuDevice");
+    check_cuda(cudaSetDevice(device), "cudaSetDevice");  // the stream below on the communicator's device
     world_size_ = n;
     rank_ = r;
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
@@ -96,7 +98,7 @@ class NcclTransport : public Transport {
 int64_t env_int(const char* name, int64_t lo, int64_t hi) {
   const char* text = std::getenv(name);
   require(text != nullptr && *text != '\0', "NCCL transport: environment variable ", name,
-          " is not set (torchrun and mpirun set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT)");
+          " is not set (torchrun sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT; export them under other launchers)");
   char* end = nullptr;
   const long long value = std::strtoll(text, &end, 10);
   require(*end == '\0' && value >= lo && value <= hi, "NCCL transport: ", name, "=", text,
@@ -122,17 +124,22 @@ std::unique_ptr<Transport> nccl_transport_from_env() {
   int devices = 0;
   check_cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
   require(devices > 0, "NCCL transport: no CUDA device");
-  const int64_t device = std::getenv("LOCAL_RANK") ? env_int("LOCAL_RANK", 0, devices - 1) : rank % devices;
-  check_cuda(cudaSetDevice(static_cast<int>(device)), "cudaSetDevice");
+  // LOCAL_RANK (else RANK) modulo the visible devices: one device per process
+  // where the launcher sets CUDA_VISIBLE_DEVICES per rank.
+  const int64_t local = std::getenv("LOCAL_RANK") ? env_int("LOCAL_RANK", 0, 1 << 20) : rank;
+  check_cuda(cudaSetDevice(static_cast<int>(local % devices)), "cudaSetDevice");
   // NCCL's own bootstrap at a fixed address: every rank gets the same id and
   // rank 0 listens there (one port above torchrun's store). A caller's own
-  // NCCL_COMM_ID is kept.
-  const std::string root = std::string(addr) + ":" + std::to_string(port + 1);
-  setenv("NCCL_COMM_ID", root.c_str(), 0);
+  // NCCL_COMM_ID is kept; the one set here is removed again, so that later
+  // communicators of the process (torch.distributed's) bootstrap as usual.
+  const bool own_id = std::getenv("NCCL_COMM_ID") == nullptr;
+  if (own_id) setenv("NCCL_COMM_ID", (std::string(addr) + ":" + std::to_string(port + 1)).c_str(), 1);
   ncclUniqueId id;
-  check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
   ncclComm_t comm = nullptr;
-  check_nccl(ncclCommInitRank(&comm, static_cast<int>(world), id, static_cast<int>(rank)), "ncclCommInitRank");
+  ncclResult_t status = ncclGetUniqueId(&id);
+  if (status == ncclSuccess) status = ncclCommInitRank(&comm, static_cast<int>(world), id, static_cast<int>(rank));
+  if (own_id) unsetenv("NCCL_COMM_ID");
+  check_nccl(status, "ncclGetUniqueId / ncclCommInitRank");
   return std::make_unique<NcclTransport>(comm, true);
 }
 

@@ -133,9 +133,13 @@ class InProcessTransport : public Transport {
                                   void* stream) override {
     check_and_count(sends, recvs);
     const int64_t number = exchanges_++;
+    // The stream's work is done before peers read what it packed, and before
+    // this rank's receives overwrite buffers its earlier kernels read (the
+    // copies run on the legacy default stream, which does not wait for it).
     bool device = false;
-    for (const Message& m : sends) device = device || (m.bytes > 0 && detail::on_device(m.data));
-    detail::synchronize(stream, device);  // the rows packed on the stream are in place before a peer reads them
+    for (const auto* list : {&sends, &recvs})
+      for (const Message& m : *list) device = device || (m.bytes > 0 && detail::on_device(m.data));
+    detail::synchronize(stream, device);
     {
       std::lock_guard<std::mutex> lock(mail_.mutex);
       for (const Message& m : sends)
@@ -170,9 +174,11 @@ void InProcessGroup::run(const std::function<void(Transport&)>& fn) {
   std::exception_ptr first;
   std::mutex first_mutex;
   std::vector<std::thread> threads;
+  const int device = detail::current_device();  // the ranks' threads work on the caller's device
   for (int64_t r = 0; r < world_size_; ++r) {
     threads.emplace_back([&, r] {
       try {
+        detail::use_device(device);
         auto t = transport(r);
         fn(*t);
       } catch (...) {

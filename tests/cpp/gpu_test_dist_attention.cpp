@@ -57,8 +57,8 @@ void run_rank(const Problem& p, const ContextParallelPlan& plan, const Inputs& i
   g.put(r, rows, p.L, out, lse, dq, dk, dv, sent);
 }
 
-// Half-precision outputs and gradients (the partial gradients are summed in
-// fp32, rounded once).
+// Half-precision outputs and gradients (partial gradients are summed in fp32;
+// those of received rows travel back in the inputs' dtype).
 constexpr double kHalfTolerance = 1e-2;
 
 TEST(GpuDistAttention, InProcessRanksMatchTheOracle) {

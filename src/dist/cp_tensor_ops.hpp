@@ -25,8 +25,9 @@ void copy_bytes(void* dst, const void* src, int64_t bytes);
 // Blocks the host until the work queued on `stream` is done (nothing on the host).
 void synchronize(void* stream, bool device);
 
-// The calling thread's current CUDA device (-1 in builds without CUDA), and
-// making `device` current for the calling thread (nothing for -1).
+// The calling thread's current CUDA device (-1 in builds without CUDA or on
+// machines without a device), and making `device` current for the calling
+// thread (nothing for -1).
 int current_device();
 void use_device(int device);
 

@@ -27,11 +27,7 @@ struct Buffer {
     return b;
   }
   // Part `i` of a buffer of several (K = 0, V = 1 of a message).
-  TensorView part(int64_t i) const {
-    TensorView t = view;
-    t.data = static_cast<unsigned char*>(memory.get()) + i * view.numel() * dtype_size(view.dtype);
-    return t;
-  }
+  TensorView part(int64_t i) const { return rows_part(view.shape[2], i); }
   // The buffer's memory seen as `rows` rows (at most its own): part `i` and all parts' bytes.
   TensorView rows_part(int64_t rows, int64_t i) const {
     TensorView t = make_bhld(memory.get(), view.dtype, view.shape[0], view.shape[1], rows, view.shape[3]);
@@ -55,11 +51,17 @@ struct RankShape {
   bool device;
 };
 
-// A tensor besides q, k, v: its shape, and that it lies where q does.
+// A tensor besides q: its shape, and that it lies where q does.
 void check_rank_tensor(const TensorView& t, const char* name, const RankShape& s, int64_t H, int64_t D) {
   check_rank_tensor(t, name, s.B, H, s.L, D);
   require(t.empty() || detail::on_device(t.data) == s.device, "context parallelism: ", name, " must lie in ",
           s.device ? "device" : "host", " memory, like q");
+}
+
+// An LSE or its gradient: fp32 (B, Hq, L_rank), where q lies.
+void check_rank_lse(const TensorView& t, const char* name, const RankShape& s) {
+  check_rank_tensor(t, name, s, s.Hq, 1);
+  require(t.dtype == DType::F32, "context parallelism: ", name, " must be fp32, got ", dtype_name(t.dtype));
 }
 
 RankShape check_inputs(const TensorView& q, const TensorView& k, const TensorView& v, const RankPlan& plan,
@@ -73,12 +75,9 @@ RankShape check_inputs(const TensorView& q, const TensorView& k, const TensorVie
   require(s.Hkv >= 1 && s.Hq % s.Hkv == 0, "context parallelism: k has ", s.Hkv, " heads, which must divide q's ",
           s.Hq);
   check_rank_tensor(q, "q", s.B, s.Hq, s.L, s.D);
-  check_rank_tensor(k, "k", s.B, s.Hkv, s.L, s.D);
-  check_rank_tensor(v, "v", s.B, s.Hkv, s.L, s.D);
+  check_rank_tensor(k, "k", s, s.Hkv, s.D);
+  check_rank_tensor(v, "v", s, s.Hkv, s.D);
   require(k.dtype == q.dtype && v.dtype == q.dtype, "context parallelism: q, k and v must share one dtype");
-  for (const TensorView* t : {&k, &v})
-    require(t->empty() || detail::on_device(t->data) == s.device,
-            "context parallelism: q, k and v must all lie in host memory or all in device memory");
   return s;
 }
 
@@ -195,10 +194,7 @@ void attention(const TensorView& q, const TensorView& k, const TensorView& v, co
                const RankPlan& plan, Transport& transport, const AttentionOptions& options, const TensorView* lse) {
   const RankShape s = check_inputs(q, k, v, plan, transport);
   check_rank_tensor(out, "out", s, s.Hq, s.D);
-  if (lse) {
-    check_rank_tensor(*lse, "lse", s, s.Hq, 1);
-    require(lse->dtype == DType::F32, "context parallelism: lse must be fp32");
-  }
+  if (lse) check_rank_lse(*lse, "lse", s);
   void* stream = options.stream;
   KvStages kv(k, v, s, plan, transport, stream);
   Buffer acc = Buffer::make(DType::F32, s.B, s.Hq, s.L, s.D, s.device);
@@ -229,13 +225,9 @@ void attention_backward(const TensorView& q, const TensorView& k, const TensorVi
                         const TensorView* d_lse) {
   const RankShape s = check_inputs(q, k, v, plan, transport);
   check_rank_tensor(out, "out", s, s.Hq, s.D);
-  check_rank_tensor(lse, "lse", s, s.Hq, 1);
-  require(lse.dtype == DType::F32, "context parallelism: lse must be fp32");
+  check_rank_lse(lse, "lse", s);
   check_rank_tensor(d_out, "d_out", s, s.Hq, s.D);
-  if (d_lse) {
-    check_rank_tensor(*d_lse, "d_lse", s, s.Hq, 1);
-    require(d_lse->dtype == DType::F32, "context parallelism: d_lse must be fp32");
-  }
+  if (d_lse) check_rank_lse(*d_lse, "d_lse", s);
   check_rank_tensor(grads.dq, "dq", s, s.Hq, s.D);
   check_rank_tensor(grads.dk, "dk", s, s.Hkv, s.D);
   check_rank_tensor(grads.dv, "dv", s, s.Hkv, s.D);

@@ -46,9 +46,6 @@ class _KvStages:
         self.start(1)
         self.start(2)
 
-    def stage_of(self, peer: int) -> int:
-        return (self.transport.rank - peer) % self.transport.world_size
-
     def start(self, d: int) -> None:
         world, rank = self.transport.world_size, self.transport.rank
         if d >= world:
@@ -65,23 +62,14 @@ class _KvStages:
         """The keys and values of a call, once they may be read."""
         if call.peer is None:
             return self.k.narrow(2, call.k_offset, call.k_len), self.v.narrow(2, call.k_offset, call.k_len)
-        d = self.stage_of(call.peer)
-        self.pending[d].wait(call.peer)
-        kv = self.received[d].narrow(3, call.k_offset, call.k_len)
+        self.pending[call.stage].wait(call.peer)
+        kv = self.received[call.stage].narrow(3, call.k_offset, call.k_len)
         return kv[0], kv[1]
 
     def end(self, d: int) -> None:
         self.pending.pop(d).wait()
         del self.received[d]
         self.start(d + 2)
-
-
-def _by_stage(plan: RankPlan, world: int, rank: int):
-    """The rank's calls grouped by stage: 0 for its own rows, d for the rows of stage d."""
-    stages = [[] for _ in range(world)]
-    for call in plan.calls:
-        stages[0 if call.peer is None else (rank - call.peer) % world].append(call)
-    return stages
 
 
 def _merge_into(acc_out: torch.Tensor, acc_lse: torch.Tensor, out: torch.Tensor, lse: torch.Tensor) -> None:
@@ -111,7 +99,7 @@ class _ContextParallelAttention(torch.autograd.Function):
         kv = _KvStages(transport, plan, k, v)
         acc_out = q.new_zeros((B, H, L, D), dtype=acc)
         acc_lse = q.new_full((B, H, L), float("-inf"), dtype=acc)
-        for d, calls in enumerate(_by_stage(plan, transport.world_size, transport.rank)):
+        for d, calls in enumerate(plan.stages):
             for call in calls:
                 k_call, v_call = kv.rows(call)
                 out, lse = ops.attention(q.narrow(2, call.q_offset, call.q_len), k_call, v_call,
@@ -147,7 +135,7 @@ class _ContextParallelAttention(torch.autograd.Function):
                 dk.index_add_(2, rows, back[0].to(acc))
                 dv.index_add_(2, rows, back[1].to(acc))
 
-        for d, calls in enumerate(_by_stage(plan, world, rank)):
+        for d, calls in enumerate(plan.stages):
             if d:
                 source = (rank - d) % world
                 sums = k.new_zeros((2, B, Hkv, plan.recv_rows[source], D), dtype=acc)

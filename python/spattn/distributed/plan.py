@@ -60,7 +60,8 @@ class Run:
 class Call:
     """One attention call of a rank: its query chunk `piece` (rows [q_offset, q_offset + q_len) of
     its shard) over `k_len` keys starting at global key `k_start`, read from its own shard
-    (peer None) or the receive buffer of `peer`, from row `k_offset`."""
+    (peer None, stage 0) or the receive buffer of `peer`, from row `k_offset`; that peer's rows
+    arrive at exchange stage `stage` = (rank - peer) mod P."""
     piece: int
     q_offset: int
     q_len: int
@@ -69,6 +70,7 @@ class Call:
     k_len: int
     k_start: int
     mask: BlockMask
+    stage: int
 
 
 class ContextParallelPlan:
@@ -110,7 +112,8 @@ class ContextParallelPlan:
 
 
 class RankPlan:
-    """One rank's part: the rows it sends to each peer, how many it receives from each, its calls."""
+    """One rank's part: the rows it sends to each peer, how many it receives from each, its calls
+    (``stages[d]``: the calls over the rows of exchange stage d, 0 for the rank's own)."""
 
     def __init__(self, plan: ContextParallelPlan, rank: int):
         lay = plan.layout
@@ -130,8 +133,10 @@ class RankPlan:
             framed = plan.pattern.framed(q_start, k_start, lay.seq_len, lay.seq_len)
             mask = BlockMask.from_pattern(framed, q_len, k_len, plan.block_size, num_heads=plan.num_heads)
             if mask.num_blocks:
+                stage = 0 if peer < 0 else (rank - peer) % lay.world_size
                 self.calls.append(Call(piece, q_offset, q_len, None if peer < 0 else peer, k_offset, k_len, k_start,
-                                       mask))
+                                       mask, stage))
+        self.stages: List[List[Call]] = [[c for c in self.calls if c.stage == d] for d in range(lay.world_size)]
         self.pieces = mine
         self.q_offsets = q_offsets
         self._send_rows_on: Dict[torch.device, Dict[int, torch.Tensor]] = {}
